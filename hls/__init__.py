@@ -1,0 +1,1 @@
+"""HLS C++ templates used through hls4ml, shipped as package data."""

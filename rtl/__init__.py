@@ -1,0 +1,1 @@
+"""Hand-written, parameterised Verilog library, shipped as package data (see importlib.resources)."""

@@ -1,0 +1,1 @@
+"""bitforge runtimes: GPU (compressed LLM formats) and host runtime for deployed devices."""

@@ -1,0 +1,1 @@
+"""bitforge compiler: fixed-point types, IR, frontends, passes, golden model, backends, CLI."""

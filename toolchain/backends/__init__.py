@@ -1,0 +1,1 @@
+"""Backends: IR -> ONNX (and later Verilog, HLS)."""

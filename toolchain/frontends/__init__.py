@@ -1,0 +1,1 @@
+"""Model frontends: PyTorch and ONNX (float, QDQ, QONNX) into the bitforge IR."""

@@ -1,0 +1,1 @@
+"""Graph passes: functions Graph -> Graph that each establish one guarantee."""

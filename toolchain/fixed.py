@@ -112,7 +112,7 @@ class FixedType:
 
     # -- text forms ----------------------------------------------------------------------------
     def __str__(self) -> str:
-        return self.to_ap()
+        return self.to_short()
 
     def to_ap(self) -> str:
         """``ap_fixed<16,6,AP_RND_CONV,AP_SAT>`` (modes omitted when they are the defaults)."""

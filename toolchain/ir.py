@@ -19,6 +19,7 @@ from typing import ClassVar, Iterable, Optional, Union
 
 import numpy as np
 
+from .errors import BitforgeError
 from .fixed import FixedType, FixedTypeError, parse_type
 
 FORMAT = "bitforge-ir"
@@ -28,7 +29,7 @@ VERSION = 1
 DType = Optional[FixedType]
 
 
-class IRError(ValueError):
+class IRError(BitforgeError):
     """A graph that breaks one of the IR's rules; the message names the node or tensor."""
 
 

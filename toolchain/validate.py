@@ -60,7 +60,7 @@ def _check_dense_stage(n: Node, x, w, w_type, bias, bias_type, accum, label: str
     """Shared rules of a fixed-point ``W x + b`` stage (Dense and both halves of LowRankDense)."""
     if w_type is None:
         raise IRError(f"{n.describe()}: {label} weights are float but the input is fixed point; give a weight type")
-    _codes_fit(n, f"{label} weight", w, w_type)
+    _codes_fit(n, f"{label} weight".strip(), w, w_type)
     if bias is not None:
         if bias_type is None:
             raise IRError(f"{n.describe()}: bias has no type")

@@ -1,0 +1,42 @@
+# bitforge: the two commands of the README.
+#   make demo   set everything up (idempotent) and run the main job on the default example
+#   make test   set everything up and run the tests (what CI runs, via .ci/run)
+PY        ?= python3
+VENV      ?= .venv
+BIN       := $(VENV)/bin
+STAMP     := $(VENV)/.bitforge-setup
+TORCH     := torch==2.13.0
+
+.PHONY: setup demo test test-fast test-slow bench clean
+
+# Torch first and pinned: this machine has the 2.13.0 CPU wheel on disk, while an unpinned torch
+# pulled in by another package would download a multi-GB CUDA build.
+$(STAMP): pyproject.toml Makefile
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q $(TORCH)
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@command -v g++ >/dev/null || { echo "g++ is required (ap_fixed probe tests): apt-get install -y g++"; exit 1; }
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(BIN)/bitforge demo
+
+# The slow step is a separate, still-required step; exit status 5 only means it selected no tests yet.
+test: setup
+	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m slow || [ $$? -eq 5 ]
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-slow: setup
+	$(BIN)/python -m pytest -q -m slow || [ $$? -eq 5 ]
+
+bench: setup
+	$(BIN)/bitforge bench emulate --json out/bench-emulate.json
+
+clean:
+	rm -rf out build dist *.egg-info .pytest_cache

@@ -1,0 +1,259 @@
+"""The ``bitforge`` command line. Every command has ``--help`` with an example.
+
+Exit status: 0 success, 1 a verification failure or internal error, 2 bad input (the message says which
+file, node or option, what was expected and what to do).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from .errors import is_user_error
+
+console = Console(stderr=True, highlight=False)
+out_console = Console(highlight=False)
+
+DEFAULT_DEMO = "jet-mlp"
+
+
+def _examples(text: str) -> str:
+    return "examples:\n" + textwrap.indent(textwrap.dedent(text).strip(), "  ")
+
+
+def _progress(msg: str) -> None:
+    console.print(f"[dim]·[/dim] {msg}")
+
+
+# -- compile ---------------------------------------------------------------------------------------
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from .compiler import CompileOptions, compile_model
+
+    opts = CompileOptions(to=tuple(args.to), precision=args.precision, vectors=args.vectors, seed=args.seed)
+    report = compile_model(args.model, Path(args.output), opts, progress=_progress)
+    _print_compile_summary(report, Path(args.output))
+    return 0
+
+
+def _print_compile_summary(report: dict, out: Path) -> None:
+    t = Table(title=f"{report['graph']['name']} -> {out}", title_justify="left")
+    for col in ("node", "op", "shape", "type", "parameters"):
+        t.add_column(col, justify="right" if col == "parameters" else "left")
+    for row in report["graph"]["layers"]:
+        t.add_row(*(str(row[c]) for c in ("node", "op", "shape", "type", "parameters")))
+    out_console.print(t)
+    for w in report["precision"]["warnings"]:
+        console.print(f"[yellow]warning:[/yellow] {w}")
+    v = report["verification"].get("golden_vs_onnxruntime")
+    if v:
+        kind = "bit-exact" if v["exact"] else f"within rtol {v['tolerance']['rtol']}"
+        out_console.print(f"golden model vs ONNX Runtime: {v['vectors']:,} vectors, {v['mismatches']} mismatches "
+                          f"({kind})")
+
+
+# -- emulate ---------------------------------------------------------------------------------------
+
+def cmd_emulate(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from . import emulate, ir
+    from .errors import BitforgeError
+
+    g = ir.load(args.out)
+    path = Path(args.input)
+    if not path.is_file():
+        raise BitforgeError(f"{path}: no such file; --input takes a .npy array of shape (batch, features)")
+    try:
+        x = np.load(path, allow_pickle=False)
+    except ValueError as e:
+        raise BitforgeError(f"{path}: not a readable .npy array ({e})") from None
+    spec = g.tensors[g.inputs[0]]
+    if x.ndim == len(spec.shape):
+        x = x[None]
+    try:
+        result = emulate.run(g, x) if args.codes else emulate.run_values(g, x)
+    except ValueError as e:
+        raise BitforgeError(f"{path}: {e}") from None
+    y = result[g.outputs[0]]
+    np.save(args.output, y)
+    out_console.print(f"{x.shape[0]} samples -> {args.output} ({'codes' if args.codes else 'values'}, shape {y.shape})")
+    return 0
+
+
+# -- inspect ---------------------------------------------------------------------------------------
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from .compiler import load_model, prepare
+
+    target = args.model
+    if target is None:
+        from bitforge.models.recipes import list_recipes
+        t = Table(title="recipes (use as MODEL)", title_justify="left")
+        t.add_column("name")
+        t.add_column("description")
+        for r in list_recipes():
+            t.add_row(r.name, r.description)
+        out_console.print(t)
+        return 0
+    loaded = load_model(target)
+    g, warnings = prepare(loaded, None) if args.precision else (loaded.graph, [])
+    t = Table(title=f"{g.name}: {len(g.nodes)} nodes, {g.parameter_count():,} parameters", title_justify="left")
+    for col in ("node", "op", "shape", "type", "parameters"):
+        t.add_column(col)
+    for row in g.summary_rows():
+        t.add_row(*row)
+    out_console.print(t)
+    out_console.print("inputs: " + ", ".join(f"{n} {g.tensors[n].shape} {g.tensors[n].type_str()}" for n in g.inputs))
+    out_console.print("outputs: " + ", ".join(f"{n} {g.tensors[n].shape} {g.tensors[n].type_str()}" for n in g.outputs))
+    report = Path(target) / "report.json"
+    if report.is_file():
+        v = json.loads(report.read_text()).get("verification", {})
+        for k, r in v.items():
+            out_console.print(f"{k}: {r['vectors']:,} vectors, {r['mismatches']} mismatches")
+    for w in warnings:
+        console.print(f"[yellow]warning:[/yellow] {w.message}")
+    return 0
+
+
+# -- demo ------------------------------------------------------------------------------------------
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .compiler import CompileOptions, compile_model
+
+    out = Path(args.output)
+    console.print(f"[bold]bitforge demo[/bold]: {DEFAULT_DEMO} -> {out} (ONNX, verified bit for bit)")
+    report = compile_model(DEFAULT_DEMO, out, CompileOptions(), progress=_progress)
+    _print_compile_summary(report, out)
+    out_console.print(f"next: bitforge inspect {out}   |   bitforge emulate {out} --input X.npy -o Y.npy")
+    return 0
+
+
+# -- bench -----------------------------------------------------------------------------------------
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import bench_emulate, write_json
+
+    rows = bench_emulate(args.model, batch=args.batch, repeats=args.repeats)
+    t = Table(title=f"bench emulate: {args.model}, batch {args.batch}", title_justify="left")
+    for col in ("executor", "median s", "samples/s", "x onnxruntime"):
+        t.add_column(col, justify="left" if col == "executor" else "right")
+    for r in rows:
+        t.add_row(r.executor, f"{r.seconds_median:.4f}", f"{r.samples_per_s:,.0f}", f"{r.ratio_to_onnxruntime:.2f}")
+    out_console.print(t)
+    if args.json:
+        write_json(rows, Path(args.json), {"benchmark": "emulate"})
+        out_console.print(f"wrote {args.json}")
+    return 0
+
+
+# -- parser ----------------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(
+        prog="bitforge", formatter_class=fmt,
+        description="Compile quantized, low-rank and KAN models to bit-exact ONNX (and, later, Verilog and bitstreams).",
+        epilog=_examples("""
+            bitforge demo                                  # the default example, end to end
+            bitforge compile jet-mlp -o out/jet            # a recipe, verified on 10,000 vectors
+            bitforge inspect                               # list recipes
+        """))
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    c = sub.add_parser("compile", formatter_class=fmt, help="compile a model to a verified output folder",
+                       description="Compile MODEL (an .onnx file, a torch.export .pt2 archive, or a recipe name) into "
+                                   "OUT: model.json + weights.safetensors (the IR), model.onnx, report.json. The golden "
+                                   "model is checked against ONNX Runtime on --vectors seeded vectors (edge values "
+                                   "included); any mismatch fails the command and leaves no OUT.",
+                       epilog=_examples("""
+                           bitforge compile jet-mlp -o out/jet
+                           bitforge compile model.onnx -o out/m --precision w8a16
+                           bitforge compile float.pt2 -o out/f --precision 'weight=fixed<8,2,RND_CONV,SAT>,act=fixed<16,6,RND_CONV,SAT>'
+                       """))
+    c.add_argument("model", metavar="MODEL")
+    c.add_argument("-o", "--output", required=True, metavar="OUT", help="output folder (replaced atomically)")
+    c.add_argument("--to", action="append", choices=["onnx"], default=None,
+                   help="backend(s) to run (default: onnx)")
+    c.add_argument("--precision", metavar="SPEC", help="quantize a float model: 8, 16, w8a16, or "
+                   "'weight=fixed<8,2,RND_CONV,SAT>,act=fixed<16,6,RND_CONV,SAT>'")
+    c.add_argument("--vectors", type=int, default=10_000, help="verification vectors (default 10000)")
+    c.add_argument("--seed", type=int, default=0, help="seed for recipes and vectors (default 0)")
+    c.set_defaults(func=cmd_compile)
+
+    e = sub.add_parser("emulate", formatter_class=fmt, help="run the bit-exact golden model on a .npy batch",
+                       description="Run the golden model of a compiled OUT folder on X.npy (batch, features) and save "
+                                   "the outputs as real values (or integer codes with --codes).",
+                       epilog=_examples("""
+                           python -c "import numpy as np; np.save('x.npy', np.random.rand(8, 16))"
+                           bitforge emulate out/jet --input x.npy -o y.npy
+                       """))
+    e.add_argument("out", metavar="OUT")
+    e.add_argument("--input", required=True, metavar="X.npy")
+    e.add_argument("-o", "--output", required=True, metavar="Y.npy")
+    e.add_argument("--codes", action="store_true", help="write integer codes instead of real values")
+    e.set_defaults(func=cmd_emulate)
+
+    i = sub.add_parser("inspect", formatter_class=fmt, help="show a model's layers, types and verification",
+                       description="Show the IR of MODEL (a recipe, .onnx, .pt2) or of a compiled OUT folder. With no "
+                                   "argument, list the recipes.",
+                       epilog=_examples("""
+                           bitforge inspect
+                           bitforge inspect jet-mlp
+                           bitforge inspect out/jet
+                       """))
+    i.add_argument("model", nargs="?", metavar="MODEL|OUT")
+    i.add_argument("--precision", action="store_true", help="also infer accumulator types and report saturation risks")
+    i.set_defaults(func=cmd_inspect)
+
+    d = sub.add_parser("demo", formatter_class=fmt, help="run the default example end to end",
+                       description=f"Compile the '{DEFAULT_DEMO}' recipe to ONNX, verified bit for bit against the "
+                                   "golden model.",
+                       epilog=_examples("bitforge demo\nbitforge demo -o /tmp/demo"))
+    d.add_argument("-o", "--output", default="out/demo", metavar="OUT", help="output folder (default out/demo)")
+    d.set_defaults(func=cmd_demo)
+
+    b = sub.add_parser("bench", formatter_class=fmt, help="benchmarks (table + JSON)",
+                       description="Benchmarks. 'emulate': golden-model throughput against ONNX Runtime on the same "
+                                   "exported model and batch, as a ratio in one run.",
+                       epilog=_examples("bitforge bench emulate --json bench-emulate.json"))
+    b.add_argument("suite", choices=["emulate"])
+    b.add_argument("--model", default="jet-mlp", help="recipe or model file (default jet-mlp)")
+    b.add_argument("--batch", type=int, default=10_000)
+    b.add_argument("--repeats", type=int, default=7)
+    b.add_argument("--json", metavar="FILE", help="write the rows as JSON")
+    b.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "command", None) is None:
+        parser.print_help()
+        return 2
+    if getattr(args, "to", None) is None and args.command == "compile":
+        args.to = ["onnx"]
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        console.print("interrupted")
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the one place that turns errors into exit codes
+        from .compiler import VerificationFailed
+        if is_user_error(exc):
+            console.print(f"[bold red]error:[/bold red] {exc}")
+            return 2
+        if isinstance(exc, VerificationFailed):
+            console.print(f"[bold red]verification failed:[/bold red] {exc}")
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

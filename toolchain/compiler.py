@@ -1,0 +1,191 @@
+"""``bitforge compile``: model in, verified artefacts out.
+
+Stages: load (frontend) -> quantize (when a precision spec is given) -> infer precision -> validate ->
+backends -> verify against the golden model -> write. Everything is written into a temporary folder
+beside OUT and renamed into place only when every stage, verification included, has passed, so a
+failed run never leaves a half-written OUT.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from . import ir
+from .errors import BitforgeError
+from .ir import Graph
+
+BACKENDS = ("onnx",)
+
+
+class CompileError(BitforgeError):
+    """A model, option or output path that cannot be compiled as asked."""
+
+
+class VerificationFailed(RuntimeError):
+    """An executor disagreed with the golden model: a bug, never a tolerance to widen."""
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """What ``bitforge compile`` does; every field is a CLI flag."""
+
+    to: tuple[str, ...] = ("onnx",)
+    precision: Optional[str] = None
+    vectors: int = 10_000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        unknown = [b for b in self.to if b not in BACKENDS]
+        if unknown:
+            raise CompileError(f"unknown backend(s) {', '.join(unknown)}; available: {', '.join(BACKENDS)}")
+        if self.vectors < 1:
+            raise CompileError(f"--vectors must be at least 1, got {self.vectors}")
+
+
+@dataclass
+class LoadedModel:
+    """A frontend's result: the graph, where it came from, and calibration data when the source has some."""
+
+    graph: Graph
+    source: dict
+    calibration: Optional[np.ndarray] = None
+
+
+def _looks_like_path(model: str) -> bool:
+    return os.sep in model or model.endswith((".onnx", ".pt2", ".json")) or Path(model).exists()
+
+
+def load_model(model: str, seed: int = 0) -> LoadedModel:
+    """Resolve MODEL: an ``.onnx`` file, a ``torch.export`` archive (``.pt2``), a bitforge output folder, or a recipe."""
+    p = Path(model)
+    if _looks_like_path(model):
+        if not p.exists():
+            raise CompileError(f"{model}: no such file or folder; MODEL is an .onnx file, a .pt2 archive "
+                               "(torch.export.save), a bitforge output folder, or a recipe name (see 'bitforge inspect')")
+        if p.is_dir():
+            return LoadedModel(ir.load(p), {"kind": "bitforge-ir", "path": str(p)})
+        if p.suffix == ".onnx":
+            from .frontends.onnx_frontend import load_onnx
+            return LoadedModel(load_onnx(p), {"kind": "onnx", "path": str(p)})
+        if p.suffix == ".pt2":
+            from .frontends.torch_frontend import load_pt2
+            return LoadedModel(load_pt2(p), {"kind": "torch.export", "path": str(p)})
+        raise CompileError(f"{model}: unknown model format '{p.suffix}'; expected .onnx or .pt2")
+    from bitforge.models.recipes import get_recipe
+    from .frontends.torch_frontend import from_torch
+
+    recipe = get_recipe(model)
+    module = recipe.build(seed=seed)
+    g = from_torch(module, recipe.example_input(4, seed), name=recipe.name)
+    g.metadata["input_range"] = [float(v) for v in recipe.input_range]
+    return LoadedModel(g, {"kind": "recipe", "name": recipe.name, "seed": seed},
+                       calibration=recipe.calibration_data(2048, seed))
+
+
+def prepare(loaded: LoadedModel, precision: Optional[str]) -> tuple[Graph, list]:
+    """Quantize (float models with a spec), infer accumulator types, validate; returns graph and warnings."""
+    from .passes.precision import check_precision, infer_precision
+
+    g = loaded.graph
+    if precision is not None:
+        from .passes.quantize import parse_precision, quantize_graph
+        g = quantize_graph(g, parse_precision(precision), loaded.calibration)
+    g = infer_precision(g)
+    ir.validate(g)
+    return g, check_precision(g)
+
+
+def _atomic_output(out: Path) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise CompileError(f"{out}: exists and is not a folder; choose another -o")
+    return Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+
+
+def commit_output(tmp: Path, out: Path) -> None:
+    """Replace ``out`` by ``tmp`` with renames only (the old folder is removed after the swap)."""
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.rename(out, old)
+    os.rename(tmp, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _versions() -> dict:
+    import onnx
+    import onnxruntime
+
+    from importlib.metadata import version
+    return {"bitforge": version("bitforge"), "python": platform.python_version(), "numpy": np.__version__,
+            "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__}
+
+
+def compile_model(model: str, out: Path, options: CompileOptions = CompileOptions(),
+                  progress: Callable[[str], None] = lambda msg: None) -> dict:
+    """Run the whole compile; returns the report (also written to ``OUT/report.json``)."""
+    from .backends.onnx_backend import run_onnxruntime, to_onnx
+    from .verify.compare import compare_outputs
+    from .verify.vectors import make_vectors
+
+    t0 = time.perf_counter()
+    out = Path(out)
+    progress(f"loading {model}")
+    loaded = load_model(model, options.seed)
+    progress("quantizing and inferring precision" if options.precision else "inferring precision")
+    g, warnings = prepare(loaded, options.precision)
+    tmp = _atomic_output(out)
+    try:
+        ir.save(g, tmp)
+        report: dict = {
+            "model": loaded.source,
+            "options": {"to": list(options.to), "precision": options.precision, "vectors": options.vectors,
+                        "seed": options.seed},
+            "graph": {"name": g.name, "nodes": len(g.nodes), "parameters": g.parameter_count(),
+                      "fixed_point": g.is_fixed,
+                      "layers": [dict(zip(("node", "op", "shape", "type", "parameters"), r)) for r in g.summary_rows()]},
+            "precision": {"warnings": [w.message for w in warnings]},
+            "verification": {},
+        }
+        if "onnx" in options.to:
+            progress("exporting ONNX")
+            model_proto = to_onnx(g)
+            (tmp / "model.onnx").write_bytes(model_proto.SerializeToString())
+            progress(f"verifying golden model vs ONNX Runtime on {options.vectors:,} vectors")
+            vectors = make_vectors(g, options.vectors, options.seed)
+            result = compare_outputs(g, vectors, run_onnxruntime(model_proto, vectors), "onnxruntime")
+            report["verification"]["golden_vs_onnxruntime"] = result.to_json()
+            if result.mismatches:
+                failed = out.with_name(out.name + ".failed")
+                shutil.rmtree(failed, ignore_errors=True)
+                _write_report(tmp, report, t0)
+                os.rename(tmp, failed)
+                raise VerificationFailed(
+                    f"golden model and ONNX Runtime disagree on {result.mismatches} of {result.vectors} vectors; "
+                    f"first: {json.dumps(result.first_mismatch)}. This is a bitforge bug; the artefacts are in "
+                    f"{failed} for a bug report.")
+        _write_report(tmp, report, t0)
+        commit_output(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return report
+
+
+def _write_report(folder: Path, report: dict, t0: float) -> None:
+    """``report.json`` is reproducible (same inputs and seed: same bytes); wall time goes to ``run.json``."""
+    report["tools"] = _versions()
+    (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    run = {"seconds": round(time.perf_counter() - t0, 3), "host": platform.node(),
+           "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    (folder / "run.json").write_text(json.dumps(run, indent=2) + "\n")

@@ -1,0 +1,17 @@
+"""The one base class of bitforge's user-facing errors.
+
+Anything raised as a :class:`BitforgeError` (or another ``ValueError`` raised from a bitforge module) is a
+problem with the user's input: the CLI prints its message and exits with status 2, with no traceback.
+"""
+from __future__ import annotations
+
+
+class BitforgeError(ValueError):
+    """Bad input: the message names the file, node or layer, what was expected and found, and what to do."""
+
+
+def is_user_error(exc: BaseException) -> bool:
+    """True for errors that describe bad input rather than a bug in bitforge."""
+    return isinstance(exc, (BitforgeError, FileNotFoundError)) or (
+        isinstance(exc, ValueError) and type(exc).__module__.startswith("bitforge.")
+    )

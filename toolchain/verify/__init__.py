@@ -1,0 +1,1 @@
+"""Verification: test vectors and bit-exact comparison of executors against the golden model."""

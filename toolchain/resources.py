@@ -1,0 +1,18 @@
+"""Where the package data lives: the Verilog library (``rtl/``) and HLS templates (``hls/``).
+
+Found through ``importlib.resources`` so an installed wheel works away from the checkout.
+"""
+from __future__ import annotations
+
+from importlib import resources
+from importlib.resources.abc import Traversable
+
+
+def rtl_library() -> Traversable:
+    """The folder of hand-written Verilog modules (package ``bitforge.rtl``)."""
+    return resources.files("bitforge.rtl")
+
+
+def hls_templates() -> Traversable:
+    """The folder of HLS C++ templates (package ``bitforge.hls``)."""
+    return resources.files("bitforge.hls")

@@ -95,10 +95,11 @@ def test_basis_table_rows_sum_to_one_and_track_the_exact_spline():
     for k in (1, 2, 3):
         tab = basis_table(k, 5, bt)
         assert np.all(tab.sum(axis=1) == 2 ** bt.frac)
+        assert tab.min() >= 0  # non-negative weights keep |phi| <= max|c|
         for uc in range(32):
             for m in range(k + 1):
                 exact = cardinal_bspline(Fraction(uc, 32) + k - m, k) * 2 ** bt.frac
-                assert abs(tab[uc, m] - exact) <= (k + 1) / 2, (k, uc, m)  # b0 absorbs the others' rounding
+                assert abs(tab[uc, m] - exact) <= (k + 1) / 2, (k, uc, m)  # the largest absorbs the others' rounding
 
 
 def test_kan_layer_matches_rational_reference():

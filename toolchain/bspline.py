@@ -3,8 +3,10 @@
 On a uniform grid a point in cell ``c`` with local coordinate ``u`` in [0, 1) has exactly k+1 non-zero
 bases, ``B_{c+m}`` for m = 0..k, with weights ``b_m(u) = N_k(u + k - m)`` where ``N_k`` is the cardinal
 B-spline of order k on [0, k+1] (cubic: 6 b_0 = (1-u)^3, ..., 6 b_3 = u^3). The fixed-point table is
-computed with exact rationals and rounded half-to-even, then ``b_0`` is completed so that every row sums
-to exactly 1.0 (partition of unity survives quantization, so |phi| <= max|c| holds in hardware too).
+computed with exact rationals and rounded half-to-even, then the row's largest weight absorbs the rounding
+remainder so that every row sums to exactly 1.0 and every weight stays >= 0 (completing b_0 instead can drive
+a tiny b_0 to -1 LSB). Partition of unity and non-negativity survive quantization, so |phi| <= max|c| holds
+in hardware too.
 """
 from __future__ import annotations
 
@@ -34,10 +36,9 @@ def _table(order: int, u_bits: int, basis_frac: int) -> bytes:
     rows = np.zeros((n, order + 1), dtype=np.int64)
     for uc in range(n):
         u = Fraction(uc, n)
-        for m in range(1, order + 1):
-            v = cardinal_bspline(u + order - m, order) * one
-            rows[uc, m] = round(v)  # Python's round on Fraction is half-to-even
-        rows[uc, 0] = one - rows[uc, 1:].sum()
+        for m in range(order + 1):
+            rows[uc, m] = round(cardinal_bspline(u + order - m, order) * one)  # round(Fraction): half-to-even
+        rows[uc, int(np.argmax(rows[uc]))] += one - rows[uc].sum()
     return rows.tobytes()
 
 

@@ -310,7 +310,7 @@ def to_float(q, t: FixedType) -> np.ndarray:
 def requantize(q, src: FixedType, dst: FixedType) -> np.ndarray:
     """Codes of ``src`` -> codes of ``dst``: align the binary point with ``dst``'s rounding, then overflow."""
     d = src.frac - dst.frac
-    bits = max(src.width, src.width - d) + 2
+    bits = max(src.width, src.width - d, d) + 2  # d: shift_round needs 2**d as a scalar
     q = int_array(q, bits)
     out = shift_round(q, d, dst.rounding) if d > 0 else (q << (-d) if d < 0 else q)
     out = apply_overflow(out, dst)

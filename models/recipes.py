@@ -1,0 +1,200 @@
+"""Named, reproducible models: ``bitforge compile jet-mlp`` needs no checkpoint, only a recipe.
+
+A recipe trains its model from scratch in a few seconds on two CPU cores, deterministically (same seed,
+same ``state_dict``, bit for bit): one thread, a private RNG stream, closed-form data. Nothing is
+cached on disk; a caller that wants the module twice keeps it.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from bitforge.toolchain import fixed
+from bitforge.toolchain.fixed import FixedType
+
+from .datasets import JET_CLASSES, JET_FEATURES, jet_like, t1_regime1
+from .kan import KANLayer
+from .quant import InputQuant, QuantLinear
+
+__all__ = ["Recipe", "RecipeError", "get_recipe", "list_recipes", "weight_type_for", "EVAL_SEED"]
+
+#: Held-out samples for :meth:`Recipe.evaluate` come from this seed (training uses the build seed).
+EVAL_SEED = 1_000_003
+
+ACT_TYPE = FixedType(16, 6, True, "RND_CONV", "SAT")
+WEIGHT_WIDTH = 8
+
+
+class RecipeError(ValueError):
+    """An unknown recipe name."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A model that bitforge can build from nothing: its training, its inputs and how to score it."""
+
+    name: str
+    description: str
+    input_range: tuple[float, float]
+    train: Callable[[int], nn.Module]
+    sample: Callable[[int, int], np.ndarray]
+    score: Callable[[nn.Module, int, int], dict]
+
+    def build(self, seed: int = 0) -> nn.Module:
+        """The trained module in eval mode, with ``input_range`` attached for the frontend."""
+        with _deterministic(seed):
+            module = self.train(seed)
+        module.input_range = tuple(float(v) for v in self.input_range)
+        return module.eval()
+
+    def example_input(self, n: int = 8, seed: int = 0) -> torch.Tensor:
+        """``n`` float32 input samples, e.g. for ``torch.export``."""
+        return torch.from_numpy(self.sample(n, seed))
+
+    def calibration_data(self, n: int = 1024, seed: int = 0) -> np.ndarray:
+        """``n`` float32 input samples as numpy (what passes and backends consume)."""
+        return self.sample(n, seed)
+
+    def evaluate(self, module: nn.Module, n: int = 2000, seed: int = EVAL_SEED) -> dict[str, float]:
+        """Quality on held-out samples (``accuracy`` for classifiers, ``rmse``/``max_abs_error`` for fits)."""
+        with torch.no_grad():
+            return self.score(module, n, seed)
+
+
+@contextlib.contextmanager
+def _deterministic(seed: int) -> Iterator[None]:
+    """One thread and a forked global RNG: reproducible, and the caller's RNG state is left alone."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+# -- jet-mlp -----------------------------------------------------------------------------------------
+
+JET_WIDTHS = (JET_FEATURES, 64, 32, 32, JET_CLASSES)
+
+
+def _jet_layers(modules: nn.Sequential) -> list[QuantLinear]:
+    return [m for m in modules if isinstance(m, QuantLinear)]
+
+
+def _jet_model() -> nn.Sequential:
+    layers: list[nn.Module] = [InputQuant(ACT_TYPE)]
+    pairs = list(zip(JET_WIDTHS[:-1], JET_WIDTHS[1:]))
+    for i, (n_in, n_out) in enumerate(pairs):
+        layers.append(QuantLinear(n_in, n_out))
+        if i < len(pairs) - 1:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+def weight_type_for(values: torch.Tensor, width: int = WEIGHT_WIDTH) -> FixedType:
+    """Signed RND_CONV/SAT type of ``width`` bits with the fewest integer bits (at least 1) in which no value saturates.
+
+    "No value saturates" is checked on the rounded code, so a peak just below a power of two that rounds
+    up to it gets the extra bit.
+    """
+    peak = float(values.detach().abs().max())
+    integer = max(1, math.ceil(math.log2(peak)) + 1) if peak > 0 else 1
+    while True:
+        t = FixedType(width, integer, True, "RND_CONV", "SAT")
+        roomy = t.with_(width=width + 1, integer=integer + 1)  # same grid, one more code bit
+        if int(fixed.quantize([peak], roomy)[0]) <= t.max_code:
+            return t
+        integer += 1
+
+
+def _fit_classifier(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int, lr: float, seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    for _ in range(epochs):
+        for idx in torch.randperm(len(x), generator=gen).split(256):
+            loss = F.cross_entropy(model(x[idx]), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+def _train_jet(seed: int) -> nn.Module:
+    """Float training, then per-layer weight types from the trained ranges, then quantization-aware tuning."""
+    xs, ys = jet_like(6000, seed)
+    x, y = torch.from_numpy(xs), torch.from_numpy(ys)
+    model = _jet_model()
+    _fit_classifier(model, x, y, epochs=20, lr=1e-2, seed=seed)
+    for layer in _jet_layers(model):
+        layer.weight_type = weight_type_for(layer.weight)
+        layer.bias_type = ACT_TYPE
+        layer.output_type = ACT_TYPE
+    _fit_classifier(model, x, y, epochs=6, lr=2e-3, seed=seed + 1)
+    return model
+
+
+def _score_classifier(module: nn.Module, n: int, seed: int) -> dict[str, float]:
+    xs, ys = jet_like(n, seed)
+    pred = module(torch.from_numpy(xs)).argmax(dim=1).numpy()
+    return {"accuracy": float((pred == ys).mean())}
+
+
+# -- kan-tracker -------------------------------------------------------------------------------------
+
+def _train_kan(seed: int) -> nn.Module:
+    """Least-squares spline fit: the layer is linear in its coefficients, so the optimum is closed form."""
+    kan = KANLayer(1, 1, grid_size=5, order=3, grid_range=(-2.0, 2.0), coeff_type=ACT_TYPE, output_type=ACT_TYPE)
+    xs, ys = t1_regime1(2000, seed)
+    basis = kan.basis(torch.from_numpy(xs).double())[:, 0, :]  # (N, G+k)
+    coeffs = torch.linalg.lstsq(basis, torch.from_numpy(ys).double()).solution  # (G+k, 1)
+    with torch.no_grad():
+        kan.coeffs.copy_(coeffs.T.reshape(kan.coeffs.shape))
+    return nn.Sequential(InputQuant(ACT_TYPE), kan)
+
+
+def _score_regression(module: nn.Module, n: int, seed: int) -> dict[str, float]:
+    xs, ys = t1_regime1(n, seed)
+    err = module(torch.from_numpy(xs)).numpy().astype(np.float64) - ys
+    return {"rmse": float(np.sqrt(np.mean(err ** 2))), "max_abs_error": float(np.abs(err).max())}
+
+
+_RECIPES: dict[str, Recipe] = {r.name: r for r in (
+    Recipe(
+        name="jet-mlp",
+        description="16-64-32-32-5 MLP on the synthetic jet_like task; 8-bit weights (integer bits per layer "
+                    "from the trained range), fixed<16,6,RND_CONV,SAT> activations; float training then QAT",
+        input_range=(-4.0, 4.0),
+        train=_train_jet,
+        sample=lambda n, seed: jet_like(n, seed)[0],
+        score=_score_classifier,
+    ),
+    Recipe(
+        name="kan-tracker",
+        description="1-input KAN layer (G=5, cubic, grid [-2, 2)) fitted to sin x + 0.3 x^2; fixed<16,6,RND_CONV,SAT> "
+                    "input, coefficients and output",
+        input_range=(-2.0, 2.0),
+        train=_train_kan,
+        sample=lambda n, seed: t1_regime1(n, seed)[0],
+        score=_score_regression,
+    ),
+)}
+
+
+def list_recipes() -> list[str]:
+    return sorted(_RECIPES)
+
+
+def get_recipe(name: str) -> Recipe:
+    try:
+        return _RECIPES[name]
+    except KeyError:
+        raise RecipeError(f"unknown recipe {name!r}; known recipes: {', '.join(list_recipes())}") from None

@@ -1,0 +1,155 @@
+"""Precision inference: accumulators sized so they cannot overflow, and a report of the types that can.
+
+Both work from the interval analysis (:mod:`.intervals`), so their promises hold for every input inside
+the declared range (``input_range`` argument, else ``graph.metadata['input_range']``, else the whole
+range of each graph input's type) and are exact where the analysis is exact: a Dense layer fed by its
+quantizer gets the narrowest accumulator that holds a sum some corner input actually reaches.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Optional
+
+from ..fixed import FixedType, Overflow, Rounding
+from ..ir import Dense, Graph, IRError, KANLayer, LowRankDense, Node
+from .intervals import Bounds, InputRange, Stage, analyze, input_bounds, node_stages, round_to_code, signed_bits
+
+__all__ = ["SaturationWarning", "PrecisionError", "accumulator_type", "infer_precision", "check_precision"]
+
+#: Accumulator fields of each layer op, in the order their stages appear.
+ACCUMULATORS = {Dense: ("accum_type",), KANLayer: ("accum_type",), LowRankDense: ("accum_v_type", "accum_type")}
+#: Stage tensor suffix of each accumulator field (see ``intervals.node_stages``).
+_STAGE_OF = {"accum_type": "accum", "accum_v_type": "accum_v"}
+
+
+class PrecisionError(IRError):
+    """The graph cannot be given accumulator types (e.g. a layer whose weights have no type)."""
+
+
+@dataclass(frozen=True)
+class SaturationWarning:
+    """A cast where values can leave the type's range for some input inside the declared range.
+
+    ``where`` is ``'accumulator'``, ``'intermediate'`` (LowRankDense's ``mid_type``) or ``'output'``;
+    ``interval`` is the range of the exact values that reach the cast.
+    """
+
+    node: str
+    tensor: str
+    type: FixedType
+    interval: tuple[float, float]
+    where: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def accumulator_type(exact: Bounds) -> FixedType:
+    """Narrowest signed type at the exact sum's frac that holds every code in ``exact``.
+
+    WRAP and TRN because neither can act: the sum already has the accumulator's frac, and no value
+    leaves the range; WRAP is also what costs nothing in hardware.
+    """
+    width = max(signed_bits(v) for v in (*exact.lo.ravel(), *exact.hi.ravel()))
+    return FixedType(width, width - exact.frac, True, Rounding.TRN, Overflow.WRAP)
+
+
+def _is_fixed_layer(g: Graph, n: Node) -> bool:
+    return type(n) in ACCUMULATORS and not g.tensors[n.input].is_float
+
+
+def _size_accumulators(g: Graph, n: Node, env: dict[str, Bounds], overwrite: bool) -> Node:
+    fields = [f for f in ACCUMULATORS[type(n)] if overwrite or getattr(n, f) is None]
+    if not fields:
+        return n
+    untyped = dataclasses.replace(n, **{f: None for f in fields})
+    try:
+        stages = {s.tensor: s for s in node_stages(g, untyped, env)}
+    except IRError as e:
+        raise PrecisionError(f"cannot size the accumulators: {e}") from None
+    # An inferred accumulator never overflows, so its stage result equals the exact sum the next
+    # stage was computed from: sizing all fields from one untyped pass is consistent.
+    return dataclasses.replace(n, **{f: accumulator_type(stages[f"{n.name}.{_STAGE_OF[f]}"].exact) for f in fields})
+
+
+def infer_precision(g: Graph, input_range: Optional[InputRange] = None, overwrite: bool = False) -> Graph:
+    """Give every fixed-point Dense, LowRankDense and KANLayer the narrowest accumulators that cannot overflow.
+
+    Guarantees on the returned graph: every such layer has ``accum_type`` (and LowRankDense ``accum_v_type``)
+    set; inferred ones are signed, TRN, WRAP, with frac(x) + frac(W) fractional bits, and no input inside
+    the range makes them overflow. User-given accumulators are kept unless ``overwrite``; output and
+    intermediate types are never changed. ``metadata['precision']`` holds, per fixed-point node, the
+    accumulator types with the intervals they hold and whether the output type can saturate.
+    """
+    out = g.copy()
+    env = input_bounds(out, input_range)
+    summary = {}
+    for i, n in enumerate(out.nodes):
+        if _is_fixed_layer(out, n):
+            n = out.nodes[i] = _size_accumulators(out, n, env, overwrite)
+        stages = node_stages(out, n, env)
+        env[n.output] = stages[-1].result
+        if stages[-1].dtype is not None:
+            summary[n.name] = _summary(n, stages)
+    out.metadata["precision"] = summary
+    return out
+
+
+def _json_interval(b: Bounds) -> list[Optional[float]]:
+    lo, hi = b.span()
+    return [lo if math.isfinite(lo) else None, hi if math.isfinite(hi) else None]
+
+
+def _summary(n: Node, stages: list[Stage]) -> dict:
+    row: dict = {"op": n.OP}
+    for s in stages:
+        key = {"accumulator": s.tensor.rsplit(".", 1)[-1], "intermediate": "mid", "output": "output"}[s.where]
+        row[f"{key}_type"] = s.dtype.to_short() if s.dtype is not None else None
+        row[f"{key}_interval"] = _json_interval(s.exact)
+        row[f"{key}_can_{'overflow' if s.where == 'accumulator' else 'saturate'}"] = s.overflow
+    return row
+
+
+def check_precision(g: Graph, input_range: Optional[InputRange] = None) -> list[SaturationWarning]:
+    """Every typed cast where saturation or wrap-around can happen for inputs inside the range.
+
+    Accumulators left unset (to be inferred) are not reported. An empty list proves that no type in
+    the graph is too narrow for the values that reach it.
+    """
+    if input_range is None:
+        input_range = g.metadata.get("input_range")
+    where_from = (f"inputs in {input_range}" if input_range is not None
+                  else "inputs anywhere in their types' ranges")
+    return [_warning(g, s, where_from) for s in analyze(g, input_range).stages if s.overflow and s.dtype is not None]
+
+
+_CONSEQUENCE = {Overflow.WRAP: "wrap around (silently wrong results)", Overflow.SAT: "saturate",
+                Overflow.SAT_SYM: "saturate", Overflow.SAT_ZERO: "overflow to zero"}
+
+
+def _warning(g: Graph, s: Stage, where_from: str) -> SaturationWarning:
+    t = s.dtype
+    lo, hi = s.exact.span()
+    fix = ("run infer_precision(overwrite=True)" if s.where == "accumulator" else "narrow the input range")
+    message = (f"{g.node(s.node).describe()}: {s.where} '{s.tensor}' of type {t.to_short()} holds "
+               f"[{t.min_value:g}, {t.max_value:g}] but its values reach [{lo:g}, {hi:g}] for {where_from}: "
+               f"it can {_CONSEQUENCE[t.overflow]}; widen it to {_wide_enough(s).to_short()} (same LSB) or {fix}")
+    return SaturationWarning(s.node, s.tensor, t, (lo, hi), s.where, message)
+
+
+def _wide_enough(s: Stage) -> FixedType:
+    """The type with ``s.dtype``'s LSB and modes, widened to hold every value reaching the cast."""
+    t = s.dtype
+    if s.exact.is_float:  # a quantizer's input: float bounds, possibly huge after unbounded float layers
+        lo, hi = (Fraction(min(max(v, -2.0 ** 120), 2.0 ** 120)) for v in s.exact.span())
+    else:
+        lo, hi = s.exact.exact_span()
+    codes = [round_to_code(v, t) for v in (lo, hi)]
+    signed = t.signed or codes[0] < 0
+    width = max(signed_bits(c) for c in codes) if signed else max(int(c).bit_length() for c in codes)
+    width = max(width, 1)
+    return FixedType(width, width - t.frac, signed, t.rounding, t.overflow)

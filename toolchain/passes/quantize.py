@@ -1,0 +1,449 @@
+"""Post-training quantization: a float graph plus a precision spec becomes a fixed-point graph.
+
+The spec is the CLI's ``--precision SPEC``. Grammar (items separated by commas outside ``<...>``)::
+
+    SPEC  := ITEM (',' ITEM)*
+    ITEM  := WIDTH                     weights and activations of WIDTH bits          8
+           | 'w' WIDTH 'a' WIDTH       weight width, activation width                 w8a16
+           | KEY '=' VALUE             a global or per-layer choice                   weight=fixed<8,2,RND_CONV,SAT>
+    KEY   := 'weight' | 'act'          every layer's weights / every activation
+           | NODE '.' FIELD            one layer: FIELD is weight, bias, act or mid   fc1.weight=4
+    VALUE := WIDTH | TYPE              TYPE: fixed<W,I[,ROUNDING[,OVERFLOW]]>, ufixed<...>, ap_fixed<...>
+    WIDTH := an integer from 2 to 32
+
+Examples: ``8``, ``w4a8``, ``weight=fixed<8,2,RND_CONV,SAT>,act=fixed<16,6,RND_CONV,SAT>``,
+``w8a16,fc1.weight=fixed<6,1,RND_CONV,SAT>,fc2.act=12``. Weights and activations must both be given.
+``NODE.weight`` covers a LowRankDense's u and v and a KANLayer's coefficients; ``NODE.mid`` is a
+LowRankDense's intermediate ``V x``; ``INPUT.act`` (a graph input's name) types its quantizer.
+
+A width alone lets the data choose the integer bits (the fewest that hold the values, sign included):
+weights from each matrix's own min and max, activations from calibration ranges or, without calibration,
+from the exact interval analysis of the fixed-point graph as it is built (then no activation can saturate
+for inputs in ``metadata['input_range']``). Width-only types round to nearest even (RND_CONV) and saturate;
+activations proven non-negative (ReLU outputs, inputs declared non-negative, interval lower bound >= 0)
+are unsigned, which buys one bit of resolution. Biases get twice the weight width at frac(x) + frac(W)
+(the accumulator's LSB, so adding them rounds nothing), losing fractional bits only when their integer
+part needs the room.
+
+Only float graphs are accepted: a graph that already has fixed-point tensors raises
+:class:`QuantizeError` (re-typing codes would round twice; quantize the float model instead).
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Mapping, Optional, Union
+
+import numpy as np
+
+from .. import emulate, fixed
+from ..bspline import index_params
+from ..fixed import FixedType, FixedTypeError, Overflow, Rounding, parse_type
+from ..ir import (Dense, Graph, IRError, KANLayer, LowRankDense, Node, Quantize, ReLU, Requantize, TensorSpec,
+                  validate)
+from .intervals import Bounds, Stage, input_bounds, node_stages, round_to_code
+from .precision import infer_precision
+
+__all__ = ["PrecisionSpec", "PrecisionSpecError", "QuantizeError", "parse_precision", "quantize_graph",
+           "fit_integer_bits", "GRAMMAR"]
+
+GRAMMAR = __doc__.split("::", 1)[1].split("\n\n", 2)[1]
+MIN_WIDTH, MAX_WIDTH = 2, 32
+LAYER_FIELDS = ("weight", "bias", "act", "mid")
+
+#: A width (integer bits chosen from the data) or an explicit type.
+Precision = Union[int, FixedType]
+
+
+class PrecisionSpecError(ValueError):
+    """A ``--precision`` spec that does not follow the grammar; the message names the part and shows it."""
+
+
+class QuantizeError(IRError):
+    """A graph that cannot be quantized as asked; the message names the node or tensor."""
+
+
+class _Problem(Exception):
+    """One thing wrong with a spec; turned into a :class:`PrecisionSpecError` that shows where."""
+
+
+def _spec_error(problem: str, part: Optional[str] = None, text: Optional[str] = None) -> PrecisionSpecError:
+    of = f"bad precision spec {text!r}: " if text is not None else "bad precision spec: "
+    where = f" (in {part!r})" if part is not None else ""
+    return PrecisionSpecError(f"{of}{problem}{where}\nGrammar:\n{GRAMMAR}")
+
+
+def _check_value(value, key: str) -> Precision:
+    if isinstance(value, str):
+        value = int(value) if value.strip().isdigit() else parse_type(value)
+    if isinstance(value, FixedType):
+        return value
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        if not MIN_WIDTH <= int(value) <= MAX_WIDTH:
+            raise _Problem(f"{key}: width {value} is outside {MIN_WIDTH}..{MAX_WIDTH}")
+        return int(value)
+    raise _Problem(f"{key}: expected a width or a fixed-point type, found {value!r}")
+
+
+def _check_key(key: str) -> str:
+    node, _, fld = str(key).rpartition(".")
+    if not node or fld not in LAYER_FIELDS or re.search(r"[\s=,<>]", node):
+        raise _Problem(f"key {key!r} is neither 'weight', 'act' nor NODE.FIELD with FIELD one of "
+                       f"{', '.join(LAYER_FIELDS)}")
+    return str(key)
+
+
+@dataclass(frozen=True)
+class PrecisionSpec:
+    """What ``--precision`` asks for: global weight and activation precision plus per-layer overrides.
+
+    ``overrides`` holds ``("NODE.FIELD", precision)`` pairs, FIELD one of weight, bias, act, mid.
+    ``str(spec)`` is the spec in the grammar's canonical form and parses back to an equal spec.
+    """
+
+    weight: Precision
+    act: Precision
+    overrides: tuple[tuple[str, Precision], ...] = ()
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "weight", _check_value(self.weight, "weight"))
+            object.__setattr__(self, "act", _check_value(self.act, "act"))
+            keys = [_check_key(k) for k, _ in self.overrides]
+            twice = sorted({k for k in keys if keys.count(k) > 1})
+            if twice:
+                raise _Problem(f"override {twice[0]} is given twice")
+            checked = tuple((k, _check_value(v, k)) for k, (_, v) in zip(keys, self.overrides))
+        except (_Problem, FixedTypeError) as e:
+            raise _spec_error(str(e)) from None
+        object.__setattr__(self, "overrides", checked)
+
+    def lookup(self, node: str, field: str) -> Optional[Precision]:
+        """Precision of one layer's field: its override, else the global one (None: bias, derived)."""
+        for key, value in self.overrides:
+            if key == f"{node}.{field}":
+                return value
+        return {"weight": self.weight, "act": self.act, "mid": self.act}.get(field)
+
+    def __str__(self) -> str:
+        text = lambda p: str(p) if isinstance(p, int) else p.to_short()  # noqa: E731
+        if isinstance(self.weight, int) and isinstance(self.act, int):
+            head = [str(self.weight)] if self.weight == self.act else [f"w{self.weight}a{self.act}"]
+        else:
+            head = [f"weight={text(self.weight)}", f"act={text(self.act)}"]
+        return ",".join(head + [f"{k}={text(v)}" for k, v in self.overrides])
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split on commas that are not inside a type's ``<...>``."""
+    parts, depth, current = [], 0, []
+    for ch in text:
+        depth += (ch == "<") - (ch == ">")
+        if ch == "," and depth == 0:
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            current.append(ch)
+    parts.append("".join(current).strip())
+    return parts
+
+
+def _parse_item(part: str, found: dict[str, Precision], overrides: list[tuple[str, Precision]]) -> None:
+    def put(key: str, value: Precision) -> None:
+        if key in found:
+            raise _Problem(f"{'weight' if key == 'weight' else 'activation'} precision is given twice")
+        found[key] = value
+
+    if not part:
+        raise _Problem("empty item (two commas in a row, or a trailing comma)")
+    if part.isdigit():
+        width = _check_value(int(part), "width")
+        put("weight", width)
+        put("act", width)
+    elif m := re.fullmatch(r"[wW](\d+)[aA](\d+)", part):
+        put("weight", _check_value(int(m[1]), "weight width"))
+        put("act", _check_value(int(m[2]), "activation width"))
+    elif "=" in part:
+        key, value = (s.strip() for s in part.split("=", 1))
+        if key in ("weight", "act"):
+            put(key, _check_value(value, key))
+        else:
+            overrides.append((_check_key(key), _check_value(value, key)))
+    else:
+        raise _Problem("unknown item; expected a width (8), wNaM (w8a16) or KEY=VALUE")
+
+
+def parse_precision(text: str) -> PrecisionSpec:
+    """Parse a ``--precision`` spec (grammar in the module docstring); raise :class:`PrecisionSpecError`."""
+    if not isinstance(text, str) or not text.strip():
+        raise _spec_error("the spec is empty", text=text)
+    found: dict[str, Precision] = {}
+    overrides: list[tuple[str, Precision]] = []
+    for part in _split_top_level(text):
+        try:
+            _parse_item(part, found, overrides)
+        except (_Problem, FixedTypeError) as e:
+            raise _spec_error(str(e), part, text) from None
+    if "weight" not in found:
+        raise _spec_error("no weight precision given (add e.g. w8a16 or weight=...)", text=text)
+    if "act" not in found:
+        raise _spec_error("no activation precision given (add e.g. w8a16 or act=...)", text=text)
+    keys = [k for k, _ in overrides]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise _spec_error(f"override {twice[0]} is given twice", text=text)
+    return PrecisionSpec(found["weight"], found["act"], tuple(overrides))
+
+
+# -- choosing types from values -----------------------------------------------------------------------
+
+def fit_integer_bits(lo: Fraction, hi: Fraction, width: int, signed: bool,
+                     rounding: Rounding = Rounding.RND_CONV) -> int:
+    """Fewest integer bits of a ``width``-bit type such that ``lo`` and ``hi``, rounded, are in range.
+
+    The smaller the integer part the finer the LSB, so this is the most precise type that does not
+    saturate on the given values. May be negative (all values well below one) or exceed ``width``.
+    """
+    lo, hi = Fraction(lo), Fraction(hi)
+    if not signed and lo < 0:
+        raise ValueError(f"an unsigned type cannot hold {float(lo)}")
+    m = max(abs(lo), abs(hi))
+    if m == 0:
+        return 1
+
+    def fits(integer: int) -> bool:
+        t = FixedType(width, integer, signed, rounding, Overflow.SAT)
+        return all(t.min_code <= round_to_code(v, t) <= t.max_code for v in (lo, hi))
+
+    integer = m.numerator.bit_length() - m.denominator.bit_length() + 3  # 2**(integer - 2) > m: always fits
+    while not fits(integer):
+        integer += 1
+    while fits(integer - 1):
+        integer -= 1
+    return integer
+
+
+def _type_from_range(width: int, lo: Fraction, hi: Fraction, signed: bool) -> FixedType:
+    return FixedType(width, fit_integer_bits(lo, hi, width, signed), signed, Rounding.RND_CONV, Overflow.SAT)
+
+
+def _weight_type(p: Precision, w: np.ndarray) -> FixedType:
+    if isinstance(p, FixedType):
+        return p
+    return _type_from_range(p, Fraction(float(w.min(initial=0.0))), Fraction(float(w.max(initial=0.0))), True)
+
+
+def _bias_type(n: Node, p: Optional[Precision], weight: FixedType, accum_frac: int, b: np.ndarray) -> FixedType:
+    if isinstance(p, FixedType):
+        if p.frac > accum_frac:
+            raise QuantizeError(f"{n.describe()}: bias type {p.to_short()} has {p.frac} fractional bits, more than "
+                                f"the accumulator's frac(x) + frac(W) = {accum_frac}; give it fewer")
+        return p
+    width = p if p is not None else 2 * weight.width
+    need = fit_integer_bits(Fraction(float(b.min())), Fraction(float(b.max())), width, True)
+    return FixedType(width, max(need, width - accum_frac), True, Rounding.RND_CONV, Overflow.SAT)
+
+
+def _codes(values: np.ndarray, t: FixedType) -> np.ndarray:
+    return fixed.quantize(np.asarray(values, dtype=np.float64), t)
+
+
+# -- checks on the float graph ------------------------------------------------------------------------
+
+def _require_float(g: Graph) -> None:
+    for n in g.nodes:
+        if isinstance(n, (Quantize, Requantize)):
+            raise QuantizeError(f"graph '{g.name}' is already quantized ({n.describe()} exists); --precision "
+                                "applies to float models: drop the flag, or quantize the float model instead")
+    for t in g.tensors.values():
+        if not t.is_float:
+            raise QuantizeError(f"graph '{g.name}' is already quantized (tensor '{t.name}' is {t.type_str()}); "
+                                "--precision applies to float models: drop the flag, or quantize the float "
+                                "model instead")
+
+
+def _require_finite(g: Graph) -> None:
+    for n in g.nodes:
+        for field, a in n.array_fields().items():
+            bad = ~np.isfinite(np.asarray(a, dtype=np.float64))
+            if bad.any():
+                first = tuple(int(i) for i in np.argwhere(bad)[0])
+                raise QuantizeError(f"{n.describe()}: '{field}' holds {int(bad.sum())} NaN/Inf value(s), first at "
+                                    f"index {first}; these weights have no fixed-point code: fix or retrain the "
+                                    "model before quantizing")
+
+
+def _check_overrides(g: Graph, spec: PrecisionSpec) -> None:
+    layers = {n.name: n for n in g.nodes}
+    for key, _ in spec.overrides:
+        name, _, fld = key.rpartition(".")
+        n = layers.get(name)
+        if n is None:
+            if name in g.inputs and fld == "act":
+                continue
+            raise QuantizeError(f"precision override '{key}': graph '{g.name}' has no node '{name}' "
+                                f"(nodes: {', '.join(layers)}; inputs take '<input>.act')")
+        ok = {"weight": isinstance(n, (Dense, LowRankDense, KANLayer)),
+              "bias": isinstance(n, (Dense, LowRankDense)) and n.bias is not None,
+              "act": True, "mid": isinstance(n, LowRankDense)}[fld]
+        if not ok:
+            raise QuantizeError(f"precision override '{key}': {n.describe()} has no {fld}")
+
+
+# -- calibration --------------------------------------------------------------------------------------
+
+def _observed_ranges(g: Graph, calibration) -> dict[str, tuple[Fraction, Fraction]]:
+    """Min and max of every float tensor (and LowRankDense intermediate) over the calibration batch."""
+    batch = calibration if isinstance(calibration, Mapping) else {g.inputs[0]: calibration} \
+        if len(g.inputs) == 1 else None
+    if batch is None:
+        raise QuantizeError(f"graph '{g.name}' has inputs {g.inputs}: give calibration data as a dict")
+    for name, a in batch.items():
+        a = np.asarray(a)
+        if a.size == 0 or not np.all(np.isfinite(a)):
+            raise QuantizeError(f"calibration data for input '{name}' is empty or holds NaN/Inf")
+    env = emulate.run(g, batch, keep=True)
+    for n in g.nodes:
+        if isinstance(n, LowRankDense):
+            env[f"{n.name}.mid"] = env[n.input] @ np.asarray(n.v, dtype=np.float32).T
+    return {k: (Fraction(float(v.min())), Fraction(float(v.max()))) for k, v in env.items()}
+
+
+# -- building the fixed graph -------------------------------------------------------------------------
+
+@dataclass
+class _Builder:
+    """The fixed graph as it grows, node by node, with the bounds of everything built so far."""
+
+    src: Graph
+    spec: PrecisionSpec
+    observed: Optional[dict[str, tuple[Fraction, Fraction]]]
+    tensors: dict[str, TensorSpec]
+    nodes: list[Node]
+    env: dict[str, Bounds]
+    declared: bool  # the graph has metadata['input_range']
+
+    def graph(self) -> Graph:
+        return Graph(self.src.name, list(self.src.inputs), list(self.src.outputs), self.tensors, self.nodes,
+                     self.src.metadata)
+
+    def stages(self, n: Node) -> list[Stage]:
+        return node_stages(Graph(self.src.name, [], [], self.tensors, self.nodes + [n]), n, self.env)
+
+    def activation(self, n: Node, key: str, tensor: str, stage: Stage, proven: bool) -> FixedType:
+        """Type of one activation: explicit, or its width with integer bits from the observed or proven range."""
+        p = self.spec.lookup(key, "mid" if stage.where == "intermediate" else "act")
+        if isinstance(p, FixedType):
+            return p
+        if proven or self.observed is None:
+            lo, hi = _proven_span(stage.exact, tensor, key)
+            signed = lo < 0
+        else:
+            lo, hi = self.observed[n.input if isinstance(n, Quantize) else tensor]  # a quantizer sees its input
+            signed = not isinstance(n, ReLU)
+        return _type_from_range(p, lo, hi, signed)
+
+    def add(self, n: Node, key: str, proven: bool = False) -> None:
+        """Type ``n``'s output (its intermediate first, for LowRankDense), then append it."""
+        if isinstance(n, LowRankDense):
+            mid_stage = next(s for s in self.stages(dataclasses.replace(n, bias=None)) if s.where == "intermediate")
+            mid = self.activation(n, n.name, f"{n.name}.mid", mid_stage, proven)
+            n = _low_rank_bias(dataclasses.replace(n, mid_type=mid), self.spec)
+        stage = self.stages(n)[-1]
+        t = self.activation(n, key, n.output, stage, proven)
+        self.tensors[n.output] = dataclasses.replace(self.tensors[n.output], dtype=t)
+        self.env[n.output] = self.stages(n)[-1].result
+        self.nodes.append(n)
+
+
+def _proven_span(b: Bounds, tensor: str, key: str) -> tuple[Fraction, Fraction]:
+    lo, hi = b.span()
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        raise QuantizeError(f"cannot choose integer bits for '{tensor}' ({key}): its range is unknown; pass "
+                            "calibration data, set metadata['input_range'], or give an explicit type "
+                            f"({key}.act=fixed<...>)")
+    return b.exact_span() if not b.is_float else (Fraction(lo), Fraction(hi))
+
+
+def _quantize_layer(n: Node, spec: PrecisionSpec, x: FixedType) -> Node:
+    """Weights to codes (LowRankDense's bias waits for its mid type); the accumulators stay for infer_precision."""
+    p = spec.lookup(n.name, "weight")
+    if isinstance(n, Dense):
+        wt = _weight_type(p, n.weight)
+        fields = dict(weight=_codes(n.weight, wt), weight_type=wt)
+        if n.bias is not None:
+            bt = _bias_type(n, spec.lookup(n.name, "bias"), wt, x.frac + wt.frac, n.bias)
+            fields.update(bias=_codes(n.bias, bt), bias_type=bt)
+        return dataclasses.replace(n, accum_type=None, **fields)
+    if isinstance(n, LowRankDense):
+        ut, vt = _weight_type(p, n.u), _weight_type(p, n.v)
+        return dataclasses.replace(n, u=_codes(n.u, ut), v=_codes(n.v, vt), u_type=ut, v_type=vt,
+                                   mid_type=None, accum_v_type=None, accum_type=None)
+    if isinstance(n, KANLayer):
+        ct = _weight_type(p, n.coeffs)
+        # Basis weights lie in [0, 1]: one integer bit, as many fractional bits as the coefficients' width.
+        bt = FixedType(ct.width + 1, 1, False, Rounding.RND_CONV, Overflow.SAT)
+        lo, mult, shift, u_bits = index_params(n.grid_lo, n.grid_hi, n.grid_size, x)
+        return dataclasses.replace(n, coeffs=_codes(n.coeffs, ct), coeff_type=ct, basis_type=bt,
+                                   u_bits=u_bits, index_lo=lo, index_mult=mult, index_shift=shift, accum_type=None)
+    return n
+
+
+def _low_rank_bias(n: LowRankDense, spec: PrecisionSpec) -> LowRankDense:
+    if n.bias is None:
+        return n
+    bt = _bias_type(n, spec.lookup(n.name, "bias"), n.u_type, n.mid_type.frac + n.u_type.frac, n.bias)
+    return dataclasses.replace(n, bias=_codes(n.bias, bt), bias_type=bt)
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    out, i = name, 1
+    while out in taken:
+        out, i = f"{name}_{i}", i + 1
+    return out
+
+
+def _range_source(calibration) -> str:
+    if calibration is None:
+        return "interval analysis"
+    first = next(iter(calibration.values())) if isinstance(calibration, Mapping) else calibration
+    return f"calibration ({len(first)} samples)"
+
+
+def quantize_graph(g: Graph, spec: Union[PrecisionSpec, str], calibration=None) -> Graph:
+    """Turn a float graph into a fixed-point one.
+
+    Afterwards: each float graph input feeds a new Quantize node (``<input>_quantize`` -> ``<input>_q``);
+    every layer holds integer codes of its weight/bias types; every tensor is typed as ``spec`` says
+    (width-only activations from ``calibration`` ranges, else from the interval analysis under
+    ``metadata['input_range']``); accumulators come from :func:`infer_precision`; the graph validates.
+    ``metadata['quantization']`` records the spec and where the activation ranges came from.
+    ``calibration`` is a float batch ``(N, *shape)`` (or a dict per input) run through the float graph.
+    """
+    if isinstance(spec, str):
+        spec = parse_precision(spec)
+    _require_float(g)
+    _require_finite(g)
+    validate(g)
+    _check_overrides(g, spec)
+    observed = _observed_ranges(g, calibration) if calibration is not None else None
+    b = _Builder(g, spec, observed, dict(g.tensors), [], input_bounds(g), "input_range" in g.metadata)
+    taken = set(g.tensors) | {n.name for n in g.nodes}
+    renamed: dict[str, str] = {}
+    for name in g.inputs:
+        if not g.consumers(name):
+            continue
+        q_name, q_tensor = _unique(f"{name}_quantize", taken), _unique(f"{name}_q", taken)
+        taken |= {q_name, q_tensor}
+        b.tensors[q_tensor] = TensorSpec(q_tensor, g.tensors[name].shape, None)
+        # A declared input range is a promise, so it beats calibration for the quantizer.
+        b.add(Quantize(q_name, (name,), (q_tensor,)), name, proven=b.declared)
+        renamed[name] = q_tensor
+    for n in g.nodes:
+        n = dataclasses.replace(n, inputs=tuple(renamed.get(t, t) for t in n.inputs))
+        b.add(_quantize_layer(n, spec, b.tensors[n.input].dtype), n.name)
+    out = infer_precision(b.graph())
+    out.metadata["quantization"] = {"spec": str(spec), "activation_ranges": _range_source(calibration)}
+    return validate(out)

@@ -22,7 +22,7 @@ from torch.nn import functional as F
 
 from bitforge.toolchain.fixed import FixedType, Overflow, Rounding
 
-__all__ = ["fake_quant", "InputQuant", "QuantLinear", "fixed_type_of"]
+__all__ = ["fake_quant", "InputQuant", "QuantLinear", "fixed_type_of", "FAKE_QUANT_OP"]
 
 
 def _rounded_codes(x64: torch.Tensor, frac: int, rounding: Rounding) -> torch.Tensor:

@@ -29,12 +29,13 @@ def _reference(x: np.ndarray, t: FixedType) -> np.ndarray:
 
 
 def _grid_with_ties(t: FixedType) -> np.ndarray:
-    """Every quarter-LSB over twice the type's range (ties, near-ties and overflow), plus huge values."""
+    """Quarter-LSB steps over +-1024 LSBs (every tie and both neighbours of it), a coarse sweep over twice
+    the type's range (overflow of wide types), and values far outside any range."""
+    fine = np.arange(-4096, 4097) * (t.lsb / 4)
     span = max(abs(t.min_value), abs(t.max_value), t.lsb)
-    steps = np.arange(-8 * 2 ** min(t.width, 10), 8 * 2 ** min(t.width, 10) + 1)
-    x = steps * (t.lsb / 4) * max(1.0, span / (2 ** min(t.width, 10) * t.lsb))
-    nudged = np.nextafter(x, np.inf)
-    return np.concatenate([x, nudged, np.nextafter(x, -np.inf), [1e30, -1e30, 3e38, -3e38, 0.0, -0.0]])
+    coarse = np.linspace(-2 * span, 2 * span, 4097)
+    huge = [1e30, -1e30, 3e38, -3e38, 0.0, -0.0]
+    return np.concatenate([fine, np.nextafter(fine, np.inf), np.nextafter(fine, -np.inf), coarse, huge])
 
 
 # -- fake_quant ---------------------------------------------------------------------------------------
@@ -258,7 +259,8 @@ def test_jet_mlp_has_the_documented_layers_and_types(jet_model):
         assert layer.output_type == act and layer.bias_type == act
 
 
-@pytest.mark.parametrize("peak,integer", [(0.3, 1), (0.9, 1), (0.996, 1), (0.997, 2), (1.0, 2), (1.5, 2), (3.9, 3), (4.2, 4)])
+@pytest.mark.parametrize("peak,integer",
+                         [(0.3, 1), (0.9, 1), (0.996, 1), (0.997, 2), (1.0, 2), (1.5, 2), (3.9, 3), (4.2, 4)])
 def test_weight_type_for_picks_the_fewest_integer_bits_without_saturation(peak, integer):
     t = weight_type_for(torch.tensor([-0.1, peak, -peak / 2]))
     assert t.integer == integer

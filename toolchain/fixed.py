@@ -167,10 +167,10 @@ def parse_type(text: str) -> FixedType:
     args = [a.strip() for a in body.split(",") if a.strip()]
     if len(args) < 2 or len(args) > 5:
         raise FixedTypeError(f"{text!r}: expected 2 to 5 template arguments <W, I[, Q[, O[, N]]]>, got {len(args)}")
-    try:
-        width, integer = int(args[0]), int(args[1])
-    except ValueError:
-        raise FixedTypeError(f"{text!r}: width and integer bits must be integers") from None
+    if not all(re.fullmatch(r"-?[0-9]+", a) for a in args[:2]):
+        raise FixedTypeError(f"{text!r}: width and integer bits must be decimal integers, got {args[0]!r}, "
+                             f"{args[1]!r}")
+    width, integer = int(args[0]), int(args[1])
     if len(args) == 5 and args[4] != "0":
         raise FixedTypeError(f"{text!r}: saturation bits N other than 0 are not supported")
     rounding = args[2] if len(args) > 2 else Rounding.TRN
@@ -205,29 +205,49 @@ def _pow2(n: int, like: np.ndarray):
     return (1 << n) if like.dtype == object else np.int64(1 << n)
 
 
+def _round_up(rem, half, floor, negative, rounding: Rounding):
+    """Whether the floor of an exact quotient gets one LSB added.
+
+    ``rem`` is the discarded part (``0 <= rem < 2 * half``, ``half`` standing for 1/2 LSB) and ``negative``
+    the sign of the exact value. This is ap_fixed_base::quantization_adjust, which adds the first discarded
+    bit ``qb`` to the floor masked by ``r`` (a lower bit is set) and ``s`` (the source is negative):
+    RND_ZERO ``qb &= s || r``, RND_INF ``qb &= !s || r``, RND_MIN_INF ``qb &= r``, RND_CONV
+    ``qb &= lsb || r``, TRN_ZERO ``qb = s && (qb || r)``.
+    """
+    r = Rounding(rounding)
+    if r == Rounding.TRN:
+        return np.zeros(np.shape(rem), dtype=bool)
+    if r == Rounding.TRN_ZERO:
+        return (rem != 0) & negative
+    if r == Rounding.RND:
+        return rem >= half
+    if r == Rounding.RND_ZERO:
+        return (rem > half) | ((rem == half) & negative)
+    if r == Rounding.RND_INF:
+        return (rem > half) | ((rem == half) & ~negative)
+    if r == Rounding.RND_MIN_INF:
+        return rem > half
+    return (rem > half) | ((rem == half) & ((floor & 1) == 1))  # RND_CONV
+
+
 def shift_round(q: np.ndarray, d: int, rounding: Rounding) -> np.ndarray:
     """Divide codes by 2**d (d >= 0) rounding the exact quotient as ``rounding`` says."""
     if d <= 0:
         return q << (-d) if d < 0 else q
+    if q.dtype != object and d >= INT64_SAFE_BITS:
+        q = int_array(q, d + 2)  # floor * 2**d and 2**(d-1) have no int64 form
     floor = q >> d
     rem = q - (floor << d)  # in [0, 2**d)
-    half = _pow2(d - 1, q)
-    r = Rounding(rounding)
-    if r == Rounding.TRN:
-        inc = np.zeros(q.shape, dtype=bool)
-    elif r == Rounding.TRN_ZERO:
-        inc = (rem != 0) & (q < 0)
-    elif r == Rounding.RND:
-        inc = rem >= half
-    elif r == Rounding.RND_ZERO:
-        inc = (rem > half) | ((rem == half) & (q < 0))
-    elif r == Rounding.RND_INF:
-        inc = (rem > half) | ((rem == half) & (q >= 0))
-    elif r == Rounding.RND_MIN_INF:
-        inc = rem > half
-    else:  # RND_CONV
-        inc = (rem > half) | ((rem == half) & ((floor & 1) == 1))
+    inc = _round_up(rem, _pow2(d - 1, q), floor, q < 0, rounding)
     return np.where(inc, floor + 1, floor) if q.dtype == object else floor + inc.astype(np.int64)
+
+
+def _shift_round_each(q: np.ndarray, d: np.ndarray, rounding: Rounding) -> np.ndarray:
+    """``shift_round`` with one shift per element, for int64 codes below 2**53 and 0 <= d <= 55."""
+    floor = q >> d
+    rem = q - (floor << d)
+    half = np.where(d > 0, np.int64(1) << np.maximum(d - 1, 0), np.int64(1))  # d == 0: rem == 0 < half
+    return floor + _round_up(rem, half, floor, q < 0, rounding).astype(np.int64)
 
 
 def apply_overflow(q: np.ndarray, t: FixedType) -> np.ndarray:
@@ -235,19 +255,22 @@ def apply_overflow(q: np.ndarray, t: FixedType) -> np.ndarray:
     lo, hi = t.min_code, t.max_code
     o = t.overflow
     if o == Overflow.WRAP:
+        if q.dtype != object and t.width > INT64_SAFE_BITS:
+            # 2**width has no int64 form, and negative codes must still wrap into an unsigned type.
+            q = int_array(q, t.width + 1)
         span = 1 << t.width
         if q.dtype == object:
             wrapped = q & (span - 1)
             if t.signed:
                 wrapped = np.where(wrapped > hi, wrapped - span, wrapped)
             return wrapped
-        if t.width >= 64:
-            return q  # int64 codes of a >= 64-bit type cannot overflow it
         wrapped = q & np.int64(span - 1)
         if t.signed:
             wrapped = np.where(wrapped > hi, wrapped - np.int64(span), wrapped)
         return wrapped.astype(np.int64)
-    if o == Overflow.SAT_SYM and t.signed:
+    if o == Overflow.SAT_SYM and t.signed and t.width > 1:
+        # ap_fixed_base::overflow_adjust writes the symmetric minimum as the bit pattern MSB | 1, which for
+        # a 1-bit type is 1 = -1: ap_fixed<1, I, Q, AP_SAT_SYM> saturates like AP_SAT.
         lo = -hi
     if o == Overflow.SAT_ZERO:
         return np.where((q < lo) | (q > hi), 0 if q.dtype == object else np.int64(0), q)
@@ -266,37 +289,38 @@ def quantize(x, t: FixedType) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     if not np.all(np.isfinite(x)):
         raise ValueError(f"cannot quantize non-finite values (NaN/Inf) to {t}")
-    v = np.ldexp(x, t.frac)  # exact: power-of-two scaling of a binary float
-    fl = np.floor(v)
-    frac = v - fl  # exact for binary floats, in [0, 1)
-    big = t.width > INT64_SAFE_BITS or (fl.size and np.max(np.abs(fl)) >= 2.0 ** INT64_SAFE_BITS)
-    if big:
-        q = np.empty(fl.shape, dtype=object)
-        q.ravel()[:] = [int(f) for f in fl.ravel()]
-        one = 1
+    # A finite double is m * 2**e exactly with |m| < 2**53, so its code is m * 2**(e + frac): rounding is an
+    # integer shift of m, as in ap_fixed_base(double), which splits the double the same way. Scaling the
+    # float instead (floor(x * 2**frac)) overflows to inf for a large frac, and v - floor(v) rounds: to
+    # exactly 1/2 just inside a negative tie, to 0 when the scaled value underflows.
+    mant, exp = np.frexp(x)
+    m = np.ldexp(mant, 53).astype(np.int64)
+    s = exp.astype(np.int64) + (t.frac - 53)  # code == m * 2**s
+    # Past 55 discarded bits the value is under 1/4 LSB: every mode decides as it does at 55.
+    rounded = _shift_round_each(m, np.clip(-s, 0, 55), t.rounding)
+    left = s > 0
+    if t.width <= INT64_SAFE_BITS - 2:
+        q = np.where(left, _shift_left_stand_in(m, s, t.width), rounded)
     else:
-        q = fl.astype(np.int64)
-        one = np.int64(1)
-    half = frac == 0.5
-    r = t.rounding
-    if r == Rounding.TRN:
-        inc = np.zeros(q.shape, dtype=bool)
-    elif r == Rounding.TRN_ZERO:
-        inc = (frac != 0) & (x < 0)
-    elif r == Rounding.RND:
-        inc = frac >= 0.5
-    elif r == Rounding.RND_ZERO:
-        inc = (frac > 0.5) | (half & (x < 0))
-    elif r == Rounding.RND_INF:
-        inc = (frac > 0.5) | (half & (x >= 0))
-    elif r == Rounding.RND_MIN_INF:
-        inc = frac > 0.5
-    else:
-        inc = (frac > 0.5) | (half & ((q & one) == one))
-    q = np.where(inc, q + one, q)
-    if not big:
-        q = q.astype(np.int64)
-    return apply_overflow(q, t)
+        q = int_array(rounded, t.width + 2)
+        for i in np.flatnonzero(left):
+            # Shifting past width + 1 changes neither the low ``width`` bits nor the overflow decision.
+            q.flat[i] = int(m.flat[i]) << min(int(s.flat[i]), t.width + 1)
+    return int_array(apply_overflow(q, t), t.width)
+
+
+def _shift_left_stand_in(m: np.ndarray, s: np.ndarray, width: int) -> np.ndarray:
+    """``m * 2**s`` (for s > 0) where it is below 2**width, else an int64 stand-in that overflows alike.
+
+    The stand-in keeps the low ``width`` bits (WRAP) and the sign, and lies beyond every code of the type
+    (SAT, SAT_SYM, SAT_ZERO); with width <= 60 it fits int64 where the true code may need 1000 bits.
+    """
+    s = np.clip(s, 0, width + 1)
+    room = np.maximum(width - s, 0)
+    fits = np.abs(m) < (np.int64(1) << room)
+    low = (m & ((np.int64(1) << room) - 1)) << np.minimum(s, width)
+    stand_in = low + np.sign(m) * (np.int64(1) << (width + 1))
+    return np.where(fits, np.where(fits, m, 0) << s, stand_in)
 
 
 def to_float(q, t: FixedType) -> np.ndarray:
@@ -336,7 +360,7 @@ def mul_type(a: FixedType, b: FixedType) -> FixedType:
 
 def accumulate_type(t: FixedType, n: int) -> FixedType:
     """Type that holds the sum of ``n`` values of ``t`` exactly."""
-    grow = max(0, math.ceil(math.log2(n))) if n > 1 else 0
+    grow = (n - 1).bit_length() if n > 1 else 0  # ceil(log2(n)) without float rounding
     return FixedType(t.width + grow, t.integer + grow, t.signed)
 
 

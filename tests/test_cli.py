@@ -142,9 +142,15 @@ def test_nan_weights(tmp_path, capsys):
 def test_type_too_narrow_for_weights(tmp_path, capsys):
     p = float_mlp(tmp_path / "m.onnx", w1=np.full((4, 3), 3.0, dtype=np.float32))
     out = tmp_path / "out"
-    code, text = run_cli(capsys, "compile", p, "-o", out, "--precision",
+    code, text = run_cli(capsys, "compile", p, "-o", out, "--input-range=-2,2", "--precision",
                          "weight=fixed<4,1,RND_CONV,WRAP>,act=fixed<16,6,RND_CONV,SAT>")
-    assert_clean_failure(code, text, out, "fixed<4,1")
+    assert_clean_failure(code, text, out, "fixed<4,1", "too narrow", "mm1")
+
+
+def test_precision_without_input_range_says_which_flag(tmp_path, capsys):
+    out = tmp_path / "out"
+    code, text = run_cli(capsys, "compile", float_mlp(tmp_path / "m.onnx"), "-o", out, "--precision", "w8a16")
+    assert_clean_failure(code, text, out, "--input-range")
 
 
 def test_unknown_recipe_lists_known_ones(tmp_path, capsys):
@@ -177,7 +183,7 @@ def test_failed_compile_keeps_previous_output(jet_out, tmp_path, capsys):
 def test_float_onnx_with_precision_compiles_bit_exact(tmp_path, capsys):
     out = tmp_path / "out"
     code, text = run_cli(capsys, "compile", float_mlp(tmp_path / "m.onnx"), "-o", out, "--precision", "w8a16",
-                         "--vectors", "2000")
+                         "--input-range=-2,2", "--vectors", "2000")
     assert code == 0, text
     v = json.loads((out / "report.json").read_text())["verification"]["golden_vs_onnxruntime"]
     assert v == {**v, "vectors": 2000, "mismatches": 0, "exact": True}

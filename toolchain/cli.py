@@ -26,6 +26,16 @@ def _examples(text: str) -> str:
     return "examples:\n" + textwrap.indent(textwrap.dedent(text).strip(), "  ")
 
 
+def _parse_range(text: str) -> tuple[float, float]:
+    try:
+        lo, hi = (float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LO,HI (two numbers), got {text!r}") from None
+    if not lo < hi:
+        raise argparse.ArgumentTypeError(f"expected LO < HI, got {text!r}")
+    return lo, hi
+
+
 def _progress(msg: str) -> None:
     console.print(f"[dim]·[/dim] {msg}")
 
@@ -35,7 +45,8 @@ def _progress(msg: str) -> None:
 def cmd_compile(args: argparse.Namespace) -> int:
     from .compiler import CompileOptions, compile_model
 
-    opts = CompileOptions(to=tuple(args.to), precision=args.precision, vectors=args.vectors, seed=args.seed)
+    opts = CompileOptions(to=tuple(args.to), precision=args.precision, vectors=args.vectors, seed=args.seed,
+                          input_range=args.input_range)
     report = compile_model(args.model, Path(args.output), opts, progress=_progress)
     _print_compile_summary(report, Path(args.output))
     return 0
@@ -93,12 +104,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     target = args.model
     if target is None:
-        from bitforge.models.recipes import list_recipes
+        from bitforge.models.recipes import get_recipe, list_recipes
         t = Table(title="recipes (use as MODEL)", title_justify="left")
         t.add_column("name")
         t.add_column("description")
-        for r in list_recipes():
-            t.add_row(r.name, r.description)
+        for name in list_recipes():
+            t.add_row(name, get_recipe(name).description)
         out_console.print(t)
         return 0
     loaded = load_model(target)
@@ -173,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "included); any mismatch fails the command and leaves no OUT.",
                        epilog=_examples("""
                            bitforge compile jet-mlp -o out/jet
-                           bitforge compile model.onnx -o out/m --precision w8a16
+                           bitforge compile model.onnx -o out/m --precision w8a16 --input-range=-4,4
                            bitforge compile float.pt2 -o out/f --precision 'weight=fixed<8,2,RND_CONV,SAT>,act=fixed<16,6,RND_CONV,SAT>'
                        """))
     c.add_argument("model", metavar="MODEL")
@@ -182,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="backend(s) to run (default: onnx)")
     c.add_argument("--precision", metavar="SPEC", help="quantize a float model: 8, 16, w8a16, or "
                    "'weight=fixed<8,2,RND_CONV,SAT>,act=fixed<16,6,RND_CONV,SAT>'")
+    c.add_argument("--input-range", type=_parse_range, metavar="LO,HI",
+                   help="range of the model's inputs (used to choose types and verification vectors), e.g. "
+                        "--input-range=-4,4")
     c.add_argument("--vectors", type=int, default=10_000, help="verification vectors (default 10000)")
     c.add_argument("--seed", type=int, default=0, help="seed for recipes and vectors (default 0)")
     c.set_defaults(func=cmd_compile)

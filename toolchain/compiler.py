@@ -42,8 +42,12 @@ class CompileOptions:
     precision: Optional[str] = None
     vectors: int = 10_000
     seed: int = 0
+    input_range: Optional[tuple[float, float]] = None
 
     def __post_init__(self) -> None:
+        if self.input_range is not None and not (len(self.input_range) == 2 and
+                                                 self.input_range[0] < self.input_range[1]):
+            raise CompileError(f"--input-range must be LO,HI with LO < HI, got {self.input_range}")
         unknown = [b for b in self.to if b not in BACKENDS]
         if unknown:
             raise CompileError(f"unknown backend(s) {', '.join(unknown)}; available: {', '.join(BACKENDS)}")
@@ -91,14 +95,22 @@ def load_model(model: str, seed: int = 0) -> LoadedModel:
                        calibration=recipe.calibration_data(2048, seed))
 
 
-def prepare(loaded: LoadedModel, precision: Optional[str]) -> tuple[Graph, list]:
+def prepare(loaded: LoadedModel, precision: Optional[str],
+            input_range: Optional[tuple[float, float]] = None) -> tuple[Graph, list]:
     """Quantize (float models with a spec), infer accumulator types, validate; returns graph and warnings."""
     from .passes.precision import check_precision, infer_precision
 
     g = loaded.graph
+    if input_range is not None:
+        g = g.copy()
+        g.metadata["input_range"] = [float(v) for v in input_range]
     if precision is not None:
-        from .passes.quantize import parse_precision, quantize_graph
-        g = quantize_graph(g, parse_precision(precision), loaded.calibration)
+        if loaded.calibration is None and "input_range" not in g.metadata and not g.is_fixed:
+            raise CompileError(f"{loaded.source.get('path', g.name)}: --precision needs to know the range of the "
+                               "model's inputs to choose activation types; pass --input-range LO,HI "
+                               "(e.g. --input-range=-4,4)")
+        from .passes.quantize import quantize_graph
+        g = quantize_graph(g, precision, loaded.calibration)
     g = infer_precision(g)
     ir.validate(g)
     return g, check_precision(g)
@@ -140,17 +152,21 @@ def compile_model(model: str, out: Path, options: CompileOptions = CompileOption
 
     t0 = time.perf_counter()
     out = Path(out)
+    if options.precision is not None:  # a bad spec fails before any model is loaded or trained
+        from .passes.quantize import parse_precision
+        parse_precision(options.precision)
     progress(f"loading {model}")
     loaded = load_model(model, options.seed)
     progress("quantizing and inferring precision" if options.precision else "inferring precision")
-    g, warnings = prepare(loaded, options.precision)
+    g, warnings = prepare(loaded, options.precision, options.input_range)
     tmp = _atomic_output(out)
     try:
         ir.save(g, tmp)
         report: dict = {
             "model": loaded.source,
             "options": {"to": list(options.to), "precision": options.precision, "vectors": options.vectors,
-                        "seed": options.seed},
+                        "seed": options.seed,
+                        "input_range": list(options.input_range) if options.input_range else None},
             "graph": {"name": g.name, "nodes": len(g.nodes), "parameters": g.parameter_count(),
                       "fixed_point": g.is_fixed,
                       "layers": [dict(zip(("node", "op", "shape", "type", "parameters"), r)) for r in g.summary_rows()]},

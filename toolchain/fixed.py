@@ -20,7 +20,7 @@ import numpy as np
 __all__ = [
     "Rounding", "Overflow", "FixedType", "FixedTypeError", "parse_type",
     "quantize", "to_float", "requantize", "add", "sub", "multiply", "shift", "accumulate",
-    "add_type", "mul_type", "accumulate_type", "apply_overflow", "shift_round", "int_array",
+    "add_type", "mul_type", "accumulate_type", "apply_overflow", "shift_round", "int_array", "out_of_range",
 ]
 
 #: int64 is used while every intermediate fits in this many bits (one spare bit for sums).
@@ -321,6 +321,17 @@ def _shift_left_stand_in(m: np.ndarray, s: np.ndarray, width: int) -> np.ndarray
     low = (m & ((np.int64(1) << room) - 1)) << np.minimum(s, width)
     stand_in = low + np.sign(m) * (np.int64(1) << (width + 1))
     return np.where(fits, np.where(fits, m, 0) << s, stand_in)
+
+
+def out_of_range(x, t: FixedType) -> np.ndarray:
+    """Mask of float values whose rounded code lies outside ``t``'s range (before any overflow handling).
+
+    Used to refuse weights that a type is too narrow for, instead of letting WRAP or SAT change them.
+    """
+    roomy = FixedType(max(t.width, INT64_SAFE_BITS), max(t.width, INT64_SAFE_BITS) - t.frac, t.signed, t.rounding,
+                      Overflow.SAT)  # same LSB and rounding, no overflow for any weight-sized value
+    q = quantize(x, roomy)
+    return (q < t.min_code) | (q > t.max_code)
 
 
 def to_float(q, t: FixedType) -> np.ndarray:

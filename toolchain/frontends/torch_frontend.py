@@ -126,9 +126,7 @@ def _check_fits(c: Const, t: FixedType, where: str) -> None:
     """
     if t.overflow in (Overflow.SAT, Overflow.SAT_SYM):
         return
-    roomy = FixedType(62, 62 - t.frac, t.signed, t.rounding, Overflow.SAT)  # same grid, no overflow
-    codes = fixed.quantize(c.values, roomy)
-    if codes.size and (codes.min() < t.min_code or codes.max() > t.max_code):
+    if fixed.out_of_range(c.values, t).any():
         raise FrontendError(
             f"{where}: type {t.to_short()} too narrow for its values: '{c.source}' must lie in "
             f"[{t.min_value}, {t.max_value}], found [{float(c.values.min())}, {float(c.values.max())}] "

@@ -246,8 +246,16 @@ def _bias_type(n: Node, p: Optional[Precision], weight: FixedType, accum_frac: i
     return FixedType(width, max(need, width - accum_frac), True, Rounding.RND_CONV, Overflow.SAT)
 
 
-def _codes(values: np.ndarray, t: FixedType) -> np.ndarray:
-    return fixed.quantize(np.asarray(values, dtype=np.float64), t)
+def _codes(values: np.ndarray, t: FixedType, n: Optional[Node] = None, field: str = "") -> np.ndarray:
+    """Codes of ``t``; a weight outside ``t``'s range is an error: a type too narrow for its values."""
+    values = np.asarray(values, dtype=np.float64)
+    bad = fixed.out_of_range(values, t)
+    if bad.any():
+        where = f"{n.describe()}: '{field}'" if n is not None else "values"
+        raise QuantizeError(f"{where}: type {t.to_short()} is too narrow for its values: it holds "
+                            f"[{t.min_value}, {t.max_value}], found [{values.min()}, {values.max()}] "
+                            f"({int(bad.sum())} value(s) outside); give the type more integer bits")
+    return fixed.quantize(values, t)
 
 
 # -- checks on the float graph ------------------------------------------------------------------------
@@ -372,21 +380,21 @@ def _quantize_layer(n: Node, spec: PrecisionSpec, x: FixedType) -> Node:
     p = spec.lookup(n.name, "weight")
     if isinstance(n, Dense):
         wt = _weight_type(p, n.weight)
-        fields = dict(weight=_codes(n.weight, wt), weight_type=wt)
+        fields = dict(weight=_codes(n.weight, wt, n, "weight"), weight_type=wt)
         if n.bias is not None:
             bt = _bias_type(n, spec.lookup(n.name, "bias"), wt, x.frac + wt.frac, n.bias)
-            fields.update(bias=_codes(n.bias, bt), bias_type=bt)
+            fields.update(bias=_codes(n.bias, bt, n, "bias"), bias_type=bt)
         return dataclasses.replace(n, accum_type=None, **fields)
     if isinstance(n, LowRankDense):
         ut, vt = _weight_type(p, n.u), _weight_type(p, n.v)
-        return dataclasses.replace(n, u=_codes(n.u, ut), v=_codes(n.v, vt), u_type=ut, v_type=vt,
+        return dataclasses.replace(n, u=_codes(n.u, ut, n, "u"), v=_codes(n.v, vt, n, "v"), u_type=ut, v_type=vt,
                                    mid_type=None, accum_v_type=None, accum_type=None)
     if isinstance(n, KANLayer):
         ct = _weight_type(p, n.coeffs)
         # Basis weights lie in [0, 1]: one integer bit, as many fractional bits as the coefficients' width.
         bt = FixedType(ct.width + 1, 1, False, Rounding.RND_CONV, Overflow.SAT)
         lo, mult, shift, u_bits = index_params(n.grid_lo, n.grid_hi, n.grid_size, x)
-        return dataclasses.replace(n, coeffs=_codes(n.coeffs, ct), coeff_type=ct, basis_type=bt,
+        return dataclasses.replace(n, coeffs=_codes(n.coeffs, ct, n, "coeffs"), coeff_type=ct, basis_type=bt,
                                    u_bits=u_bits, index_lo=lo, index_mult=mult, index_shift=shift, accum_type=None)
     return n
 
@@ -395,7 +403,7 @@ def _low_rank_bias(n: LowRankDense, spec: PrecisionSpec) -> LowRankDense:
     if n.bias is None:
         return n
     bt = _bias_type(n, spec.lookup(n.name, "bias"), n.u_type, n.mid_type.frac + n.u_type.frac, n.bias)
-    return dataclasses.replace(n, bias=_codes(n.bias, bt), bias_type=bt)
+    return dataclasses.replace(n, bias=_codes(n.bias, bt, n, "bias"), bias_type=bt)
 
 
 def _unique(name: str, taken: set[str]) -> str:

@@ -12,13 +12,15 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from fxpmath import Fxp
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from bitforge.toolchain import fixed
 from bitforge.toolchain.fixed import FixedType, FixedTypeError, Overflow, Rounding, parse_type
 
 PROPERTY = settings(max_examples=200, deadline=None)
+#: For the fxpmath comparisons, which are parametrized over 18 mode pairs (Fxp is slow to construct).
+FXP_PROPERTY = settings(max_examples=60, deadline=None)
 
 #: fxpmath 0.4.10 rounding modes and the ap_fixed mode each one equals. fxpmath's 'trunc' is np.trunc
 #: (toward zero), not bit truncation; 'ceil' has no ap_fixed counterpart.
@@ -37,8 +39,7 @@ FXP_OVERFLOW = {Overflow.WRAP: "wrap", Overflow.SAT: "saturate"}
 def fixed_types(min_width: int = 1, max_width: int = 40, rounding=None, overflow=None) -> st.SearchStrategy:
     """Types with I < 0, 0 <= I <= W and I > W all likely."""
     return st.builds(
-        lambda w, di, s, r, o: FixedType(w, w + di if di < -w else di, s, r, o),
-        st.integers(min_width, max_width), st.integers(-max_width - 8, max_width + 8), st.booleans(),
+        FixedType, st.integers(min_width, max_width), st.integers(-12, max_width + 12), st.booleans(),
         st.sampled_from(list(Rounding)) if rounding is None else st.just(rounding),
         st.sampled_from(list(Overflow)) if overflow is None else st.just(overflow),
     )
@@ -148,8 +149,7 @@ def test_garbage_type_strings_raise_fixed_type_error_naming_the_text(text):
     with pytest.raises(FixedTypeError) as e:
         parse_type(text)
     assert isinstance(e.value, ValueError)
-    if text:
-        assert repr(text) in str(e.value) or "mode" in str(e.value) or "width" in str(e.value)
+    assert repr(text) in str(e.value)
 
 
 @pytest.mark.parametrize("args", [(0, 0), (8, 2.5), (True, 1), (8, 2, True, "NEAREST"), (8, 2, True, "TRN", "CLAMP")])
@@ -162,7 +162,7 @@ def test_invalid_type_parameters_raise_fixed_type_error(args):
 
 @pytest.mark.parametrize(("rounding", "fxp_rounding"), FXP_ROUNDING, ids=FXP_ROUNDING_IDS)
 @pytest.mark.parametrize("overflow", list(FXP_OVERFLOW), ids=lambda o: o.value)
-@PROPERTY
+@FXP_PROPERTY
 @given(data=st.data())
 def test_quantize_matches_fxpmath(rounding, fxp_rounding, overflow, data):
     t = data.draw(fixed_types(rounding=rounding, overflow=overflow))
@@ -203,7 +203,7 @@ def test_quantize_just_inside_a_negative_tie_rounds_toward_zero(rounding):
     """-(1/2 - 2**-54) LSB is nearer 0 than -1 LSB; scaled float arithmetic (v - floor(v)) sees exactly 1/2."""
     t = FixedType(8, 3, True, rounding, Overflow.SAT)
     just_inside = float(np.nextafter(-0.5 * t.lsb, 0.0))
-    assert fixed.quantize([just_inside, just_inside - t.lsb], t).tolist() == [0, -1]
+    assert fixed.quantize([just_inside, -just_inside], t).tolist() == [0, 0]
 
 
 def test_quantize_huge_double_into_many_fraction_bits_saturates_instead_of_overflowing():
@@ -221,7 +221,7 @@ def test_quantize_tiny_negative_double_truncates_to_minus_one_lsb():
 def test_one_bit_signed_sat_sym_saturates_like_sat_as_ap_fixed_does():
     t = FixedType(1, 1, True, Rounding.TRN, Overflow.SAT_SYM)
     assert fixed.quantize([-3.0, -1.0, 0.0, 5.0], t).tolist() == [-1, -1, 0, 0]
-    assert fixed.quantize([-3.0, 5.0], FixedType(4, 4, True, Rounding.TRN, Overflow.SAT_SYM)).tolist() == [-3, 7]
+    assert fixed.quantize([-9.0, 9.0], FixedType(4, 4, True, Rounding.TRN, Overflow.SAT_SYM)).tolist() == [-7, 7]
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
@@ -235,11 +235,13 @@ def test_quantize_rejects_nan_and_infinity_with_value_error(bad):
 
 @pytest.mark.parametrize(("rounding", "fxp_rounding"), FXP_ROUNDING, ids=FXP_ROUNDING_IDS)
 @pytest.mark.parametrize("overflow", list(FXP_OVERFLOW), ids=lambda o: o.value)
-@PROPERTY
+@FXP_PROPERTY
 @given(data=st.data())
 def test_requantize_matches_fxpmath_resize(rounding, fxp_rounding, overflow, data):
+    """fxpmath rescales through float64 and int64, so the pairs stay where the scaled codes are below 2**50."""
     src = data.draw(fixed_types(max_width=36))
     dst = data.draw(fixed_types(max_width=36, rounding=rounding, overflow=overflow))
+    assume(max(-src.min_code, src.max_code) * 2 ** max(0, dst.frac - src.frac) < 2**50)
     codes = data.draw(codes_of(src))
     ref = Fxp(None, src.signed, src.width, src.frac, rounding=fxp_rounding, overflow=FXP_OVERFLOW[overflow])
     with warnings.catch_warnings():
@@ -267,11 +269,11 @@ def test_requantize_wraps_negative_int64_codes_into_a_wide_unsigned_type():
     assert fixed.requantize(np.array([-128, -1, 5]), src, dst).tolist() == [(1 << 70) - 1] * 2 + [0]
 
 
-def test_requantize_into_63_bits_wraps_int64_codes():
-    src, dst = FixedType(20, 20, True), FixedType(63, 20, True, Rounding.TRN, Overflow.WRAP)
-    # 2**19 - 1 at 43 more fraction bits is 2**62 - 2**43: above the 63-bit maximum 2**62 - 1, wraps negative.
-    out = fixed.requantize(np.array([(1 << 19) - 1, -3]), src, dst)
-    assert [int(q) for q in out] == [((1 << 19) - 1 << 43) - (1 << 63), -3 << 43]
+def test_requantize_int64_codes_into_a_63_bit_wrap_type():
+    """The codes stay in int64 (51 bits after the shift) while 2**63, the wrap modulus, does not fit it."""
+    src, dst = FixedType(16, 6, True), FixedType(63, 20, True, Rounding.TRN, Overflow.WRAP)
+    out = fixed.requantize(np.array([-32768, 32767, -1]), src, dst)
+    assert [int(q) for q in out] == [-32768 << 33, 32767 << 33, -1 << 33]
 
 
 # -- big-int path ------------------------------------------------------------------------------------------
@@ -312,7 +314,7 @@ def test_multiply_is_exact_and_fits_its_result_type(data):
     ta, tb = data.draw(fixed_types(max_width=70)), data.draw(fixed_types(max_width=70))
     qa = data.draw(codes_of(ta, 8))
     qb = data.draw(st.lists(st.integers(tb.min_code, tb.max_code), min_size=len(qa), max_size=len(qa)))
-    q, rt = fixed.multiply(np.array(qa), ta, np.array(qb), tb)
+    q, rt = fixed.multiply(qa, ta, qb, tb)  # plain lists: numpy would make [0, 2**63 + 1] float64
     assert q.dtype == (np.int64 if rt.width + 1 <= fixed.INT64_SAFE_BITS else object)
     for a, b, r in zip(qa, qb, q):
         assert value(r, rt) == value(a, ta) * value(b, tb)
@@ -352,8 +354,8 @@ def test_accumulate_type_grows_by_the_exact_ceiling_of_log2():
     assert fixed.accumulate_type(t, 2**60 + 1).integer == 2 + 61  # float log2 rounds this to 60
 
 
-@given(t=fixed_types(max_width=70), n=st.integers(-20, 20), codes=st.data())
 @PROPERTY
+@given(t=fixed_types(max_width=70), n=st.integers(-20, 20), codes=st.data())
 def test_shift_multiplies_by_a_power_of_two_without_touching_codes(t, n, codes):
     q = codes.draw(codes_of(t, 6))
     out, rt = fixed.shift(np.array(q, dtype=object), t, n)

@@ -109,7 +109,10 @@ def prepare(loaded: LoadedModel, precision: Optional[str],
             raise CompileError(f"{loaded.source.get('path', g.name)}: --precision needs to know the range of the "
                                "model's inputs to choose activation types; pass --input-range LO,HI "
                                "(e.g. --input-range=-4,4)")
+        from .passes.dequantize import dequantize_graph
         from .passes.quantize import quantize_graph
+        if any(not t.is_float for t in g.tensors.values()):
+            g = dequantize_graph(g)  # re-target a quantized model through the float graph it stands for
         g = quantize_graph(g, precision, loaded.calibration)
     g = infer_precision(g)
     ir.validate(g)

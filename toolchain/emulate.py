@@ -52,7 +52,7 @@ def dense_stage(x: np.ndarray, xt: FixedType, w: np.ndarray, wt: FixedType, bias
     acc = exact_matmul(x, w)
     if bias is not None:
         acc = acc + (np.asarray(bias, dtype=np.int64) << (accum.frac - bt.frac))
-    acc = fixed.apply_overflow(fixed.int_array(acc, 63 if acc.dtype != object else 64), accum)
+    acc = fixed.apply_overflow(acc, accum)
     return fixed.requantize(acc, accum, out)
 
 

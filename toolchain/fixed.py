@@ -175,7 +175,10 @@ def parse_type(text: str) -> FixedType:
         raise FixedTypeError(f"{text!r}: saturation bits N other than 0 are not supported")
     rounding = args[2] if len(args) > 2 else Rounding.TRN
     overflow = args[3] if len(args) > 3 else Overflow.WRAP
-    return FixedType(width, integer, signed=head in ("ap_fixed", "fixed"), rounding=rounding, overflow=overflow)
+    try:
+        return FixedType(width, integer, signed=head in ("ap_fixed", "fixed"), rounding=rounding, overflow=overflow)
+    except FixedTypeError as e:
+        raise FixedTypeError(f"{text!r}: {e}") from None
 
 
 # -- integer array plumbing ---------------------------------------------------------------------
@@ -183,11 +186,14 @@ def parse_type(text: str) -> FixedType:
 def int_array(values, bits: int = 0) -> np.ndarray:
     """Integer codes as int64 when ``bits`` fit, else as an object array of exact Python ints."""
     a = np.asarray(values)
+    if a.dtype.kind == "f" and not isinstance(values, np.ndarray):
+        # numpy makes a list such as [0, 2**63 + 1] float64; keep its Python ints exact instead.
+        a = np.asarray(values, dtype=object)
+        if not all(isinstance(v, (int, np.integer)) for v in a.ravel()):
+            raise TypeError("integer codes expected, got floats")
+    elif a.dtype != object and not np.issubdtype(a.dtype, np.integer):
+        raise TypeError(f"integer codes expected, got dtype {a.dtype}")  # at every width: no silent int(float)
     if bits <= INT64_SAFE_BITS:
-        if a.dtype == object:
-            return a.astype(np.int64)
-        if not np.issubdtype(a.dtype, np.integer):
-            raise TypeError(f"integer codes expected, got dtype {a.dtype}")
         return a.astype(np.int64, copy=False)
     if a.dtype == object:
         return a

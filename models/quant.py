@@ -27,33 +27,34 @@ __all__ = ["fake_quant", "InputQuant", "QuantLinear", "fixed_type_of", "FAKE_QUA
 
 def _rounded_codes(x64: torch.Tensor, frac: int, rounding: Rounding) -> torch.Tensor:
     """Codes before overflow (float64 integers), rounding the exact value ``x * 2**frac``."""
-    v = x64 * (2.0 ** frac)  # exact: multiplying a binary float by a power of two
-    fl = torch.floor(v)
-    rest = v - fl  # exact, in [0, 1)
-    half = rest == 0.5
+    v = x64 * (2.0 ** frac)  # exact (a power-of-two scaling) unless it underflows to zero
+    # A nonzero x whose scaled value underflowed lies strictly between -1 and 1 LSB: its floor is -1 or 0.
+    fl = torch.where((v == 0) & (x64 < 0), torch.full_like(v, -1.0), torch.floor(v))
+    # Compare v with fl + 1/2 rather than forming v - fl, which rounds for float64 -1 < v < 0 (to exactly
+    # 1/2 just inside a negative tie); fl + 1/2 is exact below 2**52, and above it v is an integer (v == fl).
+    mid = fl + 0.5
+    above = v > mid
+    half = (v == mid) & (v != fl)
     if rounding == Rounding.TRN:
         return fl
     if rounding == Rounding.TRN_ZERO:
-        inc = (rest != 0) & (x64 < 0)
+        inc = (v != fl) & (x64 < 0)
     elif rounding == Rounding.RND:
-        inc = rest >= 0.5
+        inc = above | half
     elif rounding == Rounding.RND_ZERO:
-        inc = (rest > 0.5) | (half & (x64 < 0))
+        inc = above | (half & (x64 < 0))
     elif rounding == Rounding.RND_INF:
-        inc = (rest > 0.5) | (half & (x64 >= 0))
+        inc = above | (half & (x64 >= 0))
     elif rounding == Rounding.RND_MIN_INF:
-        inc = rest > 0.5
+        inc = above
     else:  # RND_CONV: ties to the even code
         odd = (fl - 2.0 * torch.floor(fl * 0.5)) == 1.0
-        inc = (rest > 0.5) | (half & odd)
+        inc = above | (half & odd)
     return fl + inc.to(fl.dtype)
 
 
 def _code_bounds(t: FixedType) -> tuple[float, float]:
-    lo, hi = float(t.min_code), float(t.max_code)
-    if t.overflow == Overflow.SAT_SYM and t.signed:
-        lo = -hi
-    return lo, hi
+    return float(t.sat_min_code), float(t.max_code)
 
 
 def _overflow(q: torch.Tensor, t: FixedType) -> torch.Tensor:

@@ -34,7 +34,7 @@ def float_mlp(path, w1=None, op2="Relu", nan=False):
 def run_cli(capsys, *argv):
     code = main([str(a) for a in argv])
     cap = capsys.readouterr()
-    return code, cap.out + cap.err
+    return code, " ".join((cap.out + cap.err).split())  # wrapping depends on the terminal width
 
 
 @pytest.fixture(scope="module")

@@ -68,22 +68,25 @@ def _probe_key(gxx: str, headers: Path) -> str:
 def _compile(gxx: str, headers: Path, out: Path) -> None:
     """Compile the two halves of the case table and the main part in parallel, then link."""
     work = Path(tempfile.mkdtemp(prefix="build-", dir=out.parent))
-    jobs = []
-    for part in ("1", "2", ""):
-        obj = work / f"part{part or 'main'}.o"
-        cmd = [gxx, *CXXFLAGS, f"-I{headers}", *([f"-DPROBE_PART={part}"] if part else []), "-c",
-               str(PROBE_SOURCE), "-o", str(obj)]
-        jobs.append((cmd, obj, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
-    for cmd, _, proc in jobs:
-        log = proc.communicate()[0]
-        if proc.returncode:
-            pytest.fail(f"compiling the ap_fixed probe failed ({' '.join(cmd)}):\n{log[-4000:]}")
-    exe = work / "apfixed_probe"
-    link = subprocess.run([gxx, *(str(o) for _, o, _ in jobs), "-o", str(exe)], capture_output=True, text=True)
-    if link.returncode:
-        pytest.fail(f"linking the ap_fixed probe failed:\n{link.stderr[-4000:]}")
-    os.replace(exe, out)  # atomic: a concurrent session sees the old state or the finished binary
-    shutil.rmtree(work, ignore_errors=True)
+    try:
+        jobs = []
+        for part in ("1", "2", ""):
+            obj = work / f"part{part or 'main'}.o"
+            cmd = [gxx, *CXXFLAGS, f"-I{headers}", *([f"-DPROBE_PART={part}"] if part else []), "-c",
+                   str(PROBE_SOURCE), "-o", str(obj)]
+            jobs.append((cmd, obj, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                    text=True)))
+        logs = [proc.communicate()[0] for _, _, proc in jobs]  # wait for all before failing on one
+        for (cmd, _, proc), log in zip(jobs, logs):
+            if proc.returncode:
+                pytest.fail(f"compiling the ap_fixed probe failed ({' '.join(cmd)}):\n{log[-4000:]}")
+        exe = work / "apfixed_probe"
+        link = subprocess.run([gxx, *(str(o) for _, o, _ in jobs), "-o", str(exe)], capture_output=True, text=True)
+        if link.returncode:
+            pytest.fail(f"linking the ap_fixed probe failed:\n{link.stderr[-4000:]}")
+        os.replace(exe, out)  # atomic: a concurrent session sees no binary or the finished one
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -157,7 +160,7 @@ def hex_from_code(q: int, t: FixedType) -> str:
 
 
 def describe(t: FixedType, q: int) -> str:
-    return f"code {q} (raw 0x{hex_from_code(q, t)}, value {fixed.to_float(np.array([q], dtype=object), t)[0]!r})"
+    return f"code {q} (raw 0x{hex_from_code(q, t)}, value {float(fixed.to_float(np.array([q], dtype=object), t)[0])!r})"
 
 
 # -- inputs ------------------------------------------------------------------------------------------
@@ -183,7 +186,8 @@ def double_inputs(t: FixedType, rng: random.Random) -> list[float]:
     extremes = [0.0, -0.0, 5e-324, -5e-324, 2.2250738585072014e-308, -2.2250738585072014e-308, 1e300, -1e300,
                 1.7976931348623157e308, -1.7976931348623157e308, 1.0, -1.0, 0.5, -0.5]
     extremes += [s * math.ldexp(1.0, lsb_exp + e) for s in (1, -1) for e in (-60, -1, 0, t.width, t.width + 70)]
-    return ties + neighbours + uniform + dyadic + extremes
+    values = ties + neighbours + uniform + dyadic + extremes
+    return list({v.hex(): v for v in values}.values())  # distinct, -0.0 kept apart from 0.0
 
 
 def source_codes(src: FixedType, dst: FixedType, rng: random.Random) -> list[int]:
@@ -230,7 +234,8 @@ def test_quantize_matches_ap_fixed_double_constructor(probe, rounding, overflow)
     for (t, v, ours), raw in zip(expected, answers):
         ref = code_from_hex(raw, t)
         if ref != ours:
-            bad.append(f"  {t}({v!r} = {v.hex()}): ap_fixed {describe(t, ref)}, fixed.quantize {describe(t, ours)}")
+            bad.append(f"  {t.to_ap()}({v!r} = {v.hex()}): ap_fixed gives {describe(t, ref)}, "
+                       f"fixed.quantize {describe(t, ours)}")
     assert not bad, _report("double conversions", bad, len(expected))
 
 
@@ -249,7 +254,7 @@ def test_requantize_matches_ap_fixed_assignment(probe, rounding, overflow):
     for (src, t, c, ours), raw in zip(expected, answers):
         ref = code_from_hex(raw, t)
         if ref != ours:
-            bad.append(f"  {src} {describe(src, c)} -> {t}: ap_fixed {describe(t, ref)}, "
+            bad.append(f"  {src.to_ap()} {describe(src, c)} -> {t.to_ap()}: ap_fixed gives {describe(t, ref)}, "
                        f"fixed.requantize {describe(t, ours)}")
     assert not bad, _report("fixed-to-fixed conversions", bad, len(expected))
 

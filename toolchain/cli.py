@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .errors import is_user_error
@@ -37,7 +38,7 @@ def _parse_range(text: str) -> tuple[float, float]:
 
 
 def _progress(msg: str) -> None:
-    console.print(f"[dim]·[/dim] {msg}")
+    console.print(f"[dim]·[/dim] {escape(msg)}")
 
 
 # -- compile ---------------------------------------------------------------------------------------
@@ -60,7 +61,7 @@ def _print_compile_summary(report: dict, out: Path) -> None:
         t.add_row(*(str(row[c]) for c in ("node", "op", "shape", "type", "parameters")))
     out_console.print(t)
     for w in report["precision"]["warnings"]:
-        console.print(f"[yellow]warning:[/yellow] {w}")
+        console.print(f"[yellow]warning:[/yellow] {escape(str(w))}", soft_wrap=True)
     v = report["verification"].get("golden_vs_onnxruntime")
     if v:
         kind = "bit-exact" if v["exact"] else f"within rtol {v['tolerance']['rtol']}"
@@ -128,7 +129,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         for k, r in v.items():
             out_console.print(f"{k}: {r['vectors']:,} vectors, {r['mismatches']} mismatches")
     for w in warnings:
-        console.print(f"[yellow]warning:[/yellow] {w.message}")
+        console.print(f"[yellow]warning:[/yellow] {escape(w.message)}", soft_wrap=True)
     return 0
 
 
@@ -261,10 +262,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the one place that turns errors into exit codes
         from .compiler import VerificationFailed
         if is_user_error(exc):
-            console.print(f"[bold red]error:[/bold red] {exc}")
+            console.print(f"[bold red]error:[/bold red] {escape(str(exc))}", soft_wrap=True)
             return 2
         if isinstance(exc, VerificationFailed):
-            console.print(f"[bold red]verification failed:[/bold red] {exc}")
+            console.print(f"[bold red]verification failed:[/bold red] {escape(str(exc))}", soft_wrap=True)
             return 1
         raise
 

@@ -91,6 +91,18 @@ class FixedType:
         return (1 << (self.width - 1)) - 1 if self.signed else (1 << self.width) - 1
 
     @property
+    def sat_min_code(self) -> int:
+        """Lowest code the overflow mode saturates to: ``-max_code`` for SAT_SYM, else ``min_code``.
+
+        ap_fixed_base::overflow_adjust writes the symmetric minimum as the bit pattern MSB | 1, which for a
+        1-bit type is 1 = -1: ap_fixed<1, I, Q, AP_SAT_SYM> saturates like AP_SAT. Unsigned types have no
+        symmetric case either (ap_ufixed SAT_SYM is SAT).
+        """
+        if self.overflow == Overflow.SAT_SYM and self.signed and self.width > 1:
+            return -self.max_code
+        return self.min_code
+
+    @property
     def lsb(self) -> float:
         return math.ldexp(1.0, -self.frac)
 
@@ -257,7 +269,12 @@ def _shift_round_each(q: np.ndarray, d: np.ndarray, rounding: Rounding) -> np.nd
 
 
 def apply_overflow(q: np.ndarray, t: FixedType) -> np.ndarray:
-    """Bring already-rounded codes into ``t``'s range with its overflow mode."""
+    """Bring already-rounded codes into ``t``'s range with its overflow mode.
+
+    As in ap_fixed_base::operator=, overflow is judged on the rounded value, so a rounding carry can
+    saturate. WRAP keeps the low ``width`` bits (the header's shift-and-truncate), for any I, also I < 0
+    and I > W, and also from signed codes into unsigned types.
+    """
     lo, hi = t.min_code, t.max_code
     o = t.overflow
     if o == Overflow.WRAP:
@@ -274,10 +291,7 @@ def apply_overflow(q: np.ndarray, t: FixedType) -> np.ndarray:
         if t.signed:
             wrapped = np.where(wrapped > hi, wrapped - np.int64(span), wrapped)
         return wrapped.astype(np.int64)
-    if o == Overflow.SAT_SYM and t.signed and t.width > 1:
-        # ap_fixed_base::overflow_adjust writes the symmetric minimum as the bit pattern MSB | 1, which for
-        # a 1-bit type is 1 = -1: ap_fixed<1, I, Q, AP_SAT_SYM> saturates like AP_SAT.
-        lo = -hi
+    lo = t.sat_min_code
     if o == Overflow.SAT_ZERO:
         return np.where((q < lo) | (q > hi), 0 if q.dtype == object else np.int64(0), q)
     if q.dtype == object:
@@ -298,7 +312,9 @@ def quantize(x, t: FixedType) -> np.ndarray:
     # A finite double is m * 2**e exactly with |m| < 2**53, so its code is m * 2**(e + frac): rounding is an
     # integer shift of m, as in ap_fixed_base(double), which splits the double the same way. Scaling the
     # float instead (floor(x * 2**frac)) overflows to inf for a large frac, and v - floor(v) rounds: to
-    # exactly 1/2 just inside a negative tie, to 0 when the scaled value underflows.
+    # exactly 1/2 just inside a negative tie, to 0 when the scaled value underflows. (ap_fixed_base(double)
+    # decodes subnormals as if they had the hidden bit; that changes a result only for types with more
+    # than ~1000 fraction bits and is not reproduced.)
     mant, exp = np.frexp(x)
     m = np.ldexp(mant, 53).astype(np.int64)
     s = exp.astype(np.int64) + (t.frac - 53)  # code == m * 2**s
@@ -337,7 +353,7 @@ def out_of_range(x, t: FixedType) -> np.ndarray:
     roomy = FixedType(max(t.width, INT64_SAFE_BITS), max(t.width, INT64_SAFE_BITS) - t.frac, t.signed, t.rounding,
                       Overflow.SAT)  # same LSB and rounding, no overflow for any weight-sized value
     q = quantize(x, roomy)
-    return (q < t.min_code) | (q > t.max_code)
+    return (q < t.sat_min_code) | (q > t.max_code)
 
 
 def to_float(q, t: FixedType) -> np.ndarray:

@@ -253,10 +253,7 @@ def _shift_round(b: _Builder, q: IntVal, d: int, rounding: Rounding) -> IntVal:
 
 
 def _sat_bounds(t: FixedType) -> tuple[int, int]:
-    lo, hi = t.min_code, t.max_code
-    if t.overflow == Overflow.SAT_SYM and t.signed:
-        lo = -hi
-    return lo, hi
+    return t.sat_min_code, t.max_code
 
 
 def _overflow(b: _Builder, q: IntVal, t: FixedType) -> IntVal:

@@ -143,10 +143,8 @@ def round_to_code(v: Union[float, Fraction], t: FixedType) -> int:
 
 def _overflow_one(lo: int, hi: int, t: FixedType) -> tuple[int, int, bool]:
     """Image of the integer interval [lo, hi] under ``t``'s overflow mode, and whether the mode is triggered."""
-    mn, mx = t.min_code, t.max_code
+    mn, mx = t.sat_min_code, t.max_code
     o = t.overflow
-    if o == Overflow.SAT_SYM and t.signed:
-        mn = -mx  # SAT_SYM also moves the most negative code
     if mn <= lo and hi <= mx:
         return lo, hi, False
     if o in (Overflow.SAT, Overflow.SAT_SYM):
@@ -212,7 +210,7 @@ def _float_bound_code(v: float, t: FixedType) -> int:
     if math.isinf(v):
         if v > 0:
             return t.max_code
-        return -t.max_code if t.signed and t.overflow == Overflow.SAT_SYM else t.min_code
+        return t.sat_min_code
     return round_to_code(v, t)
 
 

@@ -13,17 +13,17 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+from bitforge.toolchain.errors import BitforgeError
+from bitforge.toolchain.fixed import FixedType
 from torch import nn
 from torch.nn import functional as F
-
-from bitforge.toolchain.fixed import FixedType
 
 from .quant import _maybe_quant
 
 __all__ = ["KANLayer", "KANError", "bspline_basis", "grid_from_spec"]
 
 
-class KANError(ValueError):
+class KANError(BitforgeError):
     """A KAN layer configuration outside what the layer (and the IR) supports."""
 
 

@@ -10,17 +10,17 @@ import math
 from typing import Optional
 
 import torch
+from bitforge.toolchain.errors import BitforgeError
+from bitforge.toolchain.fixed import FixedType
 from torch import nn
 from torch.nn import functional as F
-
-from bitforge.toolchain.fixed import FixedType
 
 from .quant import _maybe_quant
 
 __all__ = ["LowRankLinear", "LowRankError"]
 
 
-class LowRankError(ValueError):
+class LowRankError(BitforgeError):
     """A rank that the layer's shape cannot have."""
 
 

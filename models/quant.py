@@ -17,10 +17,9 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+from bitforge.toolchain.fixed import FixedType, Overflow, Rounding
 from torch import nn
 from torch.nn import functional as F
-
-from bitforge.toolchain.fixed import FixedType, Overflow, Rounding
 
 __all__ = ["fake_quant", "InputQuant", "QuantLinear", "fixed_type_of", "FAKE_QUANT_OP"]
 

@@ -13,11 +13,11 @@ from typing import Callable, Iterator
 
 import numpy as np
 import torch
+from bitforge.toolchain import fixed
+from bitforge.toolchain.errors import BitforgeError
+from bitforge.toolchain.fixed import FixedType
 from torch import nn
 from torch.nn import functional as F
-
-from bitforge.toolchain import fixed
-from bitforge.toolchain.fixed import FixedType
 
 from .datasets import JET_CLASSES, JET_FEATURES, jet_like, t1_regime1
 from .kan import KANLayer
@@ -32,7 +32,7 @@ ACT_TYPE = FixedType(16, 6, True, "RND_CONV", "SAT")
 WEIGHT_WIDTH = 8
 
 
-class RecipeError(ValueError):
+class RecipeError(BitforgeError):
     """An unknown recipe name."""
 
 

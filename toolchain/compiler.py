@@ -85,6 +85,7 @@ def load_model(model: str, seed: int = 0) -> LoadedModel:
             return LoadedModel(load_pt2(p), {"kind": "torch.export", "path": str(p)})
         raise CompileError(f"{model}: unknown model format '{p.suffix}'; expected .onnx or .pt2")
     from bitforge.models.recipes import get_recipe
+
     from .frontends.torch_frontend import from_torch
 
     recipe = get_recipe(model)
@@ -138,10 +139,10 @@ def commit_output(tmp: Path, out: Path) -> None:
 
 
 def _versions() -> dict:
+    from importlib.metadata import version
+
     import onnx
     import onnxruntime
-
-    from importlib.metadata import version
     return {"bitforge": version("bitforge"), "python": platform.python_version(), "numpy": np.__version__,
             "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__}
 

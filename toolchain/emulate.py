@@ -17,7 +17,18 @@ import numpy as np
 from . import fixed
 from .bspline import basis_table, bspline_basis_float, cell_and_u
 from .fixed import FixedType
-from .ir import Add, Dense, Graph, IRError, KANLayer, LowRankDense, Node, Quantize, ReLU, Requantize
+from .ir import (
+    Add,
+    Dense,
+    Graph,
+    IRError,
+    KANLayer,
+    LowRankDense,
+    Node,
+    Quantize,
+    ReLU,
+    Requantize,
+)
 
 EXACT_F64 = float(2 ** 53)
 

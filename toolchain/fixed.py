@@ -17,6 +17,8 @@ from enum import Enum
 
 import numpy as np
 
+from .errors import BitforgeError
+
 __all__ = [
     "Rounding", "Overflow", "FixedType", "FixedTypeError", "parse_type",
     "quantize", "to_float", "requantize", "add", "sub", "multiply", "shift", "accumulate",
@@ -27,7 +29,7 @@ __all__ = [
 INT64_SAFE_BITS = 62
 
 
-class FixedTypeError(ValueError):
+class FixedTypeError(BitforgeError):
     """A type string or parameter that does not describe a valid fixed-point type."""
 
 

@@ -279,7 +279,9 @@ class Graph:
 
 def validate(g: Graph) -> Graph:
     """Check the IR's rules and return ``g``; raise :class:`IRError` naming the node and the problem."""
-    from .validate import check_graph  # local import: validation rules live in their own module
+    from .validate import (
+        check_graph,  # local import: validation rules live in their own module
+    )
 
     check_graph(g)
     return g

@@ -7,7 +7,18 @@ from __future__ import annotations
 import numpy as np
 
 from .fixed import FixedType
-from .ir import Add, Dense, Graph, IRError, KANLayer, LowRankDense, Node, Quantize, ReLU, Requantize
+from .ir import (
+    Add,
+    Dense,
+    Graph,
+    IRError,
+    KANLayer,
+    LowRankDense,
+    Node,
+    Quantize,
+    ReLU,
+    Requantize,
+)
 
 ARITY = {"Quantize": 1, "Requantize": 1, "ReLU": 1, "Add": 2, "Dense": 1, "LowRankDense": 1, "KANLayer": 1}
 

@@ -37,8 +37,21 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .. import fixed
 from ..bspline import basis_table
+from ..errors import BitforgeError
 from ..fixed import FixedType, Overflow, Rounding
-from ..ir import Add, Dense, Graph, IRError, KANLayer, LowRankDense, Node, Quantize, ReLU, Requantize, validate
+from ..ir import (
+    Add,
+    Dense,
+    Graph,
+    IRError,
+    KANLayer,
+    LowRankDense,
+    Node,
+    Quantize,
+    ReLU,
+    Requantize,
+    validate,
+)
 
 __all__ = ["DEFAULT_OPSET", "OnnxExportError", "OnnxRunError", "to_onnx", "save_onnx", "make_session",
            "run_onnxruntime"]
@@ -65,7 +78,7 @@ class OnnxExportError(IRError):
     """The graph has no exact int64 ONNX lowering (or breaks the model's naming conventions)."""
 
 
-class OnnxRunError(ValueError):
+class OnnxRunError(BitforgeError):
     """Inputs that the exported model cannot take (wrong name, dtype, shape, codes outside the type)."""
 
 

@@ -34,8 +34,20 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
+from ..errors import BitforgeError
 from ..fixed import FixedType, Overflow, Rounding, add_type
-from ..ir import Add, Dense, Graph, IRError, Node, Quantize, ReLU, Requantize, TensorSpec, validate
+from ..ir import (
+    Add,
+    Dense,
+    Graph,
+    IRError,
+    Node,
+    Quantize,
+    ReLU,
+    Requantize,
+    TensorSpec,
+    validate,
+)
 
 __all__ = ["OnnxFrontendError", "load_onnx", "from_onnx_model", "SUPPORTED_OPS", "QONNX_DOMAINS"]
 
@@ -71,7 +83,7 @@ QONNX_ROUNDING = {
 QONNX_ROUNDING_CONST_ONLY = ("CEIL", "UP")
 
 
-class OnnxFrontendError(ValueError):
+class OnnxFrontendError(BitforgeError):
     """An ONNX model bitforge cannot translate exactly; the message names the file, node, what was expected
     and found, and what to do."""
 

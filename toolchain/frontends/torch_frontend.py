@@ -17,15 +17,15 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 import torch
-from torch import nn
-
 from bitforge.models.kan import KANLayer as TorchKANLayer
 from bitforge.models.kan import grid_from_spec
 from bitforge.models.lowrank import LowRankLinear
 from bitforge.models.quant import FAKE_QUANT_OP, fixed_type_of
+from torch import nn
 
 from .. import fixed, ir
 from ..bspline import index_params
+from ..errors import BitforgeError
 from ..fixed import FixedType, Overflow
 
 __all__ = ["FrontendError", "from_torch", "load_pt2", "from_exported", "DEFAULT_BASIS_TYPE",
@@ -52,7 +52,7 @@ _OP_PREFIX = {"Quantize": "quantize", "Requantize": "requantize", "ReLU": "relu"
               "LowRankDense": "lowrank", "KANLayer": "kan"}
 
 
-class FrontendError(ValueError):
+class FrontendError(BitforgeError):
     """A model the frontend cannot turn into IR; the message names the node, op, module and the fix."""
 
 

@@ -12,7 +12,16 @@ import dataclasses
 import numpy as np
 
 from .. import fixed
-from ..ir import Dense, Graph, KANLayer, LowRankDense, Node, Quantize, Requantize, TensorSpec
+from ..ir import (
+    Dense,
+    Graph,
+    KANLayer,
+    LowRankDense,
+    Node,
+    Quantize,
+    Requantize,
+    TensorSpec,
+)
 
 #: Which type field describes each array field of a node.
 TYPE_OF_ARRAY = {

@@ -26,7 +26,18 @@ from .. import fixed
 from ..bspline import basis_table, cell_and_u
 from ..emulate import exact_matmul
 from ..fixed import FixedType, Overflow
-from ..ir import Add, Dense, Graph, IRError, KANLayer, LowRankDense, Node, Quantize, ReLU, Requantize
+from ..ir import (
+    Add,
+    Dense,
+    Graph,
+    IRError,
+    KANLayer,
+    LowRankDense,
+    Node,
+    Quantize,
+    ReLU,
+    Requantize,
+)
 
 __all__ = ["Bounds", "Stage", "Analysis", "IntervalError", "InputRange", "analyze", "input_bounds",
            "node_stages", "signed_bits", "round_to_code"]

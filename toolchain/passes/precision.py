@@ -15,7 +15,16 @@ from typing import Optional
 
 from ..fixed import FixedType, Overflow, Rounding
 from ..ir import Dense, Graph, IRError, KANLayer, LowRankDense, Node
-from .intervals import Bounds, InputRange, Stage, analyze, input_bounds, node_stages, round_to_code, signed_bits
+from .intervals import (
+    Bounds,
+    InputRange,
+    Stage,
+    analyze,
+    input_bounds,
+    node_stages,
+    round_to_code,
+    signed_bits,
+)
 
 __all__ = ["SaturationWarning", "PrecisionError", "accumulator_type", "infer_precision", "check_precision"]
 

@@ -40,9 +40,21 @@ import numpy as np
 
 from .. import emulate, fixed
 from ..bspline import index_params
+from ..errors import BitforgeError
 from ..fixed import FixedType, FixedTypeError, Overflow, Rounding, parse_type
-from ..ir import (Dense, Graph, IRError, KANLayer, LowRankDense, Node, Quantize, ReLU, Requantize, TensorSpec,
-                  validate)
+from ..ir import (
+    Dense,
+    Graph,
+    IRError,
+    KANLayer,
+    LowRankDense,
+    Node,
+    Quantize,
+    ReLU,
+    Requantize,
+    TensorSpec,
+    validate,
+)
 from .intervals import Bounds, Stage, input_bounds, node_stages, round_to_code
 from .precision import infer_precision
 
@@ -57,7 +69,7 @@ LAYER_FIELDS = ("weight", "bias", "act", "mid")
 Precision = Union[int, FixedType]
 
 
-class PrecisionSpecError(ValueError):
+class PrecisionSpecError(BitforgeError):
     """A ``--precision`` spec that does not follow the grammar; the message names the part and shows it."""
 
 

@@ -1,0 +1,109 @@
+"""The contract between the RTL generator and the per-op emitters.
+
+Every IR node that has a hardware form becomes one *stage*: an instance of a library module from ``rtl/``
+(or of a module the emitter generates), with a valid/ready stream on each side:
+
+    clk, rst                       rst is synchronous, active high
+    in_valid, in_ready, in_data    in_data packs element i at [i*W_in +: W_in], two's complement codes
+    out_valid, out_ready, out_data of the tensor's FixedType (unsigned codes for ufixed)
+
+A stage accepts a sample when ``in_valid && in_ready`` and presents its result when ``out_valid``; it
+holds ``out_data`` stable until ``out_ready``. ``latency`` is cycles from acceptance to ``out_valid`` when
+never stalled; ``ii`` is cycles between accepted samples at full rate. Both are known by construction
+and go into ``report.json``.
+
+Emitters register themselves with :func:`emitter`; :mod:`.generate` calls them in graph order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from ...fixed import FixedType
+from ...ir import Graph, Node
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Net names the stage instance connects to (the generator declares them)."""
+
+    clk: str
+    rst: str
+    in_valid: str
+    in_ready: str
+    in_data: str
+    out_valid: str
+    out_ready: str
+    out_data: str
+
+
+@dataclass(frozen=True)
+class StageRequest:
+    """What the generator asks of an emitter: the node, its tensors' types and the chosen reuse factor."""
+
+    graph: Graph
+    node: Node
+    in_type: FixedType
+    in_count: int
+    out_type: FixedType
+    out_count: int
+    ports: Ports
+    instance_name: str
+    reuse: int = 1
+    options: dict = field(default_factory=dict)
+
+
+@dataclass
+class Stage:
+    """An emitter's answer: the instance text and what it costs."""
+
+    instance: str  # Verilog text instantiating the stage, connected to ``request.ports``
+    latency: int
+    ii: int
+    library: tuple[str, ...] = ()  # rtl/ files the instance needs, e.g. ("bf_dense_parallel.v",)
+    generated: dict[str, str] = field(default_factory=dict)  # extra files: name -> text (modules, .hex ROMs)
+    resources: dict = field(default_factory=dict)  # e.g. {"multipliers": 64, "rom_bits": 8192}
+    reuse: int = 1
+
+
+Emitter = Callable[[StageRequest], Stage]
+#: Emitters for the node kinds that can be folded: given a node, the multiplies per sample (for reuse choice).
+EMITTERS: dict[str, Emitter] = {}
+MULTIPLIES: dict[str, Callable[[Node], int]] = {}
+
+
+def emitter(op: str, multiplies: Optional[Callable[[Node], int]] = None) -> Callable[[Emitter], Emitter]:
+    """Register the RTL emitter of IR op ``op`` (and, for foldable ops, its multiplies per sample)."""
+
+    def register(fn: Emitter) -> Emitter:
+        EMITTERS[op] = fn
+        if multiplies is not None:
+            MULTIPLIES[op] = multiplies
+        return fn
+
+    return register
+
+
+def verilog_literal(code: int, width: int) -> str:
+    """A code as a sized Verilog literal of ``width`` bits (two's complement for negatives)."""
+    return f"{width}'h{code & ((1 << width) - 1):0{(width + 3) // 4}x}"
+
+
+def packed_parameter(codes, width: int) -> str:
+    """Codes as one packed Verilog constant, element i at [i*width +: width] (element 0 least significant)."""
+    total = width * len(codes)
+    value = 0
+    for i, c in enumerate(codes):
+        value |= (int(c) & ((1 << width) - 1)) << (i * width)
+    return f"{total}'h{value:0{(total + 3) // 4}x}"
+
+
+#: How the rtl/ library's ROUNDING and OVERFLOW parameters encode fixed.Rounding / fixed.Overflow.
+ROUNDING_CODE = {"TRN": 0, "TRN_ZERO": 1, "RND": 2, "RND_ZERO": 3, "RND_INF": 4, "RND_MIN_INF": 5, "RND_CONV": 6}
+OVERFLOW_CODE = {"WRAP": 0, "SAT": 1, "SAT_SYM": 2, "SAT_ZERO": 3}
+
+
+def type_parameters(prefix: str, t: FixedType) -> dict[str, int]:
+    """The Verilog parameters that describe a FixedType: <P>_W, <P>_FRAC, <P>_SIGNED (+ rounding/overflow)."""
+    return {f"{prefix}_W": t.width, f"{prefix}_FRAC": t.frac, f"{prefix}_SIGNED": int(t.signed),
+            f"{prefix}_ROUNDING": ROUNDING_CODE[t.rounding.value], f"{prefix}_OVERFLOW": OVERFLOW_CODE[t.overflow.value]}

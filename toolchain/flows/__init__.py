@@ -1,0 +1,1 @@
+"""Implementation flows: yosys synthesis, nextpnr place and route, bitstream packers, target database."""

@@ -6,6 +6,7 @@ VENV      ?= .venv
 BIN       := $(VENV)/bin
 STAMP     := $(VENV)/.bitforge-setup
 TORCH     := torch==2.13.0
+SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup demo test test-fast test-slow bench clean
 
@@ -17,6 +18,11 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q $(TORCH)
 	$(BIN)/python -m pip install -q -e '.[test]'
 	@command -v g++ >/dev/null || { echo "g++ is required (ap_fixed probe tests): apt-get install -y g++"; exit 1; }
+	@command -v iverilog >/dev/null && command -v ccache >/dev/null || { \
+	  echo "installing Icarus Verilog and ccache (Debian packages)"; \
+	  $(SUDO) apt-get install -y -q iverilog ccache >/dev/null || \
+	  { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q iverilog ccache >/dev/null; }; }
+	$(BIN)/python -m bitforge.toolchain.flows.warm
 	@touch $(STAMP)
 
 setup: $(STAMP)

@@ -7,12 +7,15 @@ cover [lo, hi) exactly; inputs are clamped into that interval, as in the referen
 The grid (lo, hi, G, k) is also kept in an int64 buffer ``grid_spec`` (lo and hi as the bit patterns of
 float64 values) so that a ``torch.export`` archive carries it: ``.float()``/``.half()`` casts leave
 integer buffers alone, so the grid the frontend rebuilds is bit-exactly the one the layer was built with.
+The hardware basis arithmetic (``basis_impl``, see :func:`bitforge.toolchain.bspline.basis_table`) travels the
+same way, as its index in ``BASIS_IMPLS`` in the buffer ``basis_impl_code``.
 """
 from __future__ import annotations
 
 from typing import Optional
 
 import torch
+from bitforge.toolchain.bspline import BASIS_IMPLS, CLOSED_FORM_POLYNOMIALS
 from bitforge.toolchain.errors import BitforgeError
 from bitforge.toolchain.fixed import FixedType
 from torch import nn
@@ -65,13 +68,14 @@ class KANLayer(nn.Module):
 
     ``basis_type``, when given, fake-quantizes the basis values in the forward pass (an approximation of
     the hardware table, which also quantizes the position within a cell); when ``None`` the frontend
-    picks its default basis type.
+    picks its default basis type. ``basis_impl`` tells the fixed-point IR how hardware rounds the bases
+    ("table" or "closed_form"); the float forward pass does not depend on it.
     """
 
     def __init__(self, in_features: int, out_features: int, grid_size: int = 5, order: int = 3,
                  grid_range: tuple[float, float] = (-1.0, 1.0), *, coeff_type: Optional[FixedType] = None,
                  basis_type: Optional[FixedType] = None, output_type: Optional[FixedType] = None,
-                 init_scale: float = 0.1):
+                 init_scale: float = 0.1, basis_impl: str = "table"):
         super().__init__()
         lo, hi = (float(v) for v in grid_range)
         if not hi > lo:
@@ -80,11 +84,19 @@ class KANLayer(nn.Module):
             raise KANError(f"grid_size must be >= 1, got {grid_size}")
         if not 1 <= order <= 5:
             raise KANError(f"spline order {order} unsupported; expected 1..5 (the IR's range)")
+        if basis_impl not in BASIS_IMPLS or (basis_impl == "closed_form" and order not in CLOSED_FORM_POLYNOMIALS):
+            raise KANError(f"basis_impl {basis_impl!r} unsupported for order {order}; expected 'table', or "
+                           f"'closed_form' for orders {sorted(CLOSED_FORM_POLYNOMIALS)}")
         self.in_features, self.out_features = in_features, out_features
         self.grid_lo, self.grid_hi, self.grid_size, self.order = lo, hi, grid_size, order
         self.coeff_type, self.basis_type, self.output_type = coeff_type, basis_type, output_type
         self.coeffs = nn.Parameter(torch.randn(out_features, in_features, grid_size + order) * init_scale)
         self.register_buffer("grid_spec", grid_spec_tensor(lo, hi, grid_size, order))
+        self.register_buffer("basis_impl_code", torch.tensor([BASIS_IMPLS.index(basis_impl)], dtype=torch.int64))
+
+    @property
+    def basis_impl(self) -> str:
+        return BASIS_IMPLS[int(self.basis_impl_code[0])]
 
     @property
     def n_basis(self) -> int:

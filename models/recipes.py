@@ -151,8 +151,14 @@ def _score_classifier(module: nn.Module, n: int, seed: int) -> dict[str, float]:
 # -- kan-tracker -------------------------------------------------------------------------------------
 
 def _train_kan(seed: int) -> nn.Module:
-    """Least-squares spline fit: the layer is linear in its coefficients, so the optimum is closed form."""
-    kan = KANLayer(1, 1, grid_size=5, order=3, grid_range=(-2.0, 2.0), coeff_type=ACT_TYPE, output_type=ACT_TYPE)
+    """Least-squares spline fit: the layer is linear in its coefficients, so the optimum is closed form.
+
+    The grid [-2.5, 2.5) with G = 5 makes a cell exactly 1.0 = 2**10 LSBs of the input type: the hardware
+    finds cell and position by slicing bits of x - lo (no multiplier), and its bases come from the
+    closed-form cubic circuit.
+    """
+    kan = KANLayer(1, 1, grid_size=5, order=3, grid_range=(-2.5, 2.5), coeff_type=ACT_TYPE, output_type=ACT_TYPE,
+                   basis_impl="closed_form")
     xs, ys = t1_regime1(2000, seed)
     basis = kan.basis(torch.from_numpy(xs).double())[:, 0, :]  # (N, G+k)
     coeffs = torch.linalg.lstsq(basis, torch.from_numpy(ys).double()).solution  # (G+k, 1)
@@ -179,8 +185,9 @@ _RECIPES: dict[str, Recipe] = {r.name: r for r in (
     ),
     Recipe(
         name="kan-tracker",
-        description="1-input KAN layer (G=5, cubic, grid [-2, 2)) fitted to sin x + 0.3 x^2; fixed<16,6,RND_CONV,SAT> "
-                    "input, coefficients and output",
+        description="1-input KAN layer (G=5, cubic, grid [-2.5, 2.5): one cell = 1.0, so the cell index is a bit "
+                    "slice; closed-form cubic bases) fitted to sin x + 0.3 x^2; fixed<16,6,RND_CONV,SAT> input, "
+                    "coefficients and output",
         input_range=(-2.0, 2.0),
         train=_train_kan,
         sample=lambda n, seed: t1_regime1(n, seed)[0],

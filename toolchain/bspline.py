@@ -7,6 +7,12 @@ computed with exact rationals and rounded half-to-even, then the row's largest w
 remainder so that every row sums to exactly 1.0 and every weight stays >= 0 (completing b_0 instead can drive
 a tiny b_0 to -1 LSB). Partition of unity and non-negativity survive quantization, so |phi| <= max|c| holds
 in hardware too.
+
+``impl="closed_form"`` is instead the arithmetic of a small circuit (k = 1, 2, 3): ``k! b_m(u)`` is an
+integer polynomial in the u code (cubic: 6 b_3 = u^3, 6 b_2 = -3u^3 + 3u^2 + 3u + 1, 6 b_1 = 3u^3 - 6u^2 + 4,
+in units of 2**-3U), so for m >= 1 ``b_m = floor(exact b_m * 2**F)`` is an exact integer floor division, and
+``b_0 = 2**F - b_1 - ... - b_k`` completes the row. The floors make b_0 >= its exact value >= 0: the rows sum
+to exactly one and stay non-negative, as the table's do.
 """
 from __future__ import annotations
 
@@ -42,13 +48,48 @@ def _table(order: int, u_bits: int, basis_frac: int) -> bytes:
     return rows.tobytes()
 
 
-def basis_table(order: int, u_bits: int, basis_type: FixedType) -> np.ndarray:
-    """``(2**u_bits, order + 1)`` int64 codes of ``basis_type``: row u, column m is b_m(u / 2**u_bits)."""
+#: ``k! * b_m(u)`` as integer polynomial coefficients (constant term first), for m = 1..k; b_0 completes the row.
+CLOSED_FORM_POLYNOMIALS: dict[int, dict[int, tuple[int, ...]]] = {
+    1: {1: (0, 1)},
+    2: {1: (1, 2, -2), 2: (0, 0, 1)},
+    3: {1: (4, 0, -6, 3), 2: (1, 3, 3, -3), 3: (0, 0, 0, 1)},
+}
+#: How the basis weights are computed: the rounded exact table, or the closed-form circuit's floors.
+BASIS_IMPLS = ("table", "closed_form")
+
+
+@lru_cache(maxsize=64)
+def _closed_form_table(order: int, u_bits: int, basis_frac: int) -> bytes:
+    # k! 2**(kU) b_m = sum_j a_j uc**j 2**((k-j)U): exact integers, so the floor is an integer division.
+    den = math.factorial(order) << (order * u_bits)
+    uc = np.arange(1 << u_bits, dtype=object)
+    rows = np.zeros((1 << u_bits, order + 1), dtype=object)
+    for m, poly in CLOSED_FORM_POLYNOMIALS[order].items():
+        num = sum(a * uc ** j * (1 << ((order - j) * u_bits)) for j, a in enumerate(poly))
+        rows[:, m] = (num << basis_frac) // den
+    rows[:, 0] = (1 << basis_frac) - rows[:, 1:].sum(axis=1)
+    return rows.astype(np.int64).tobytes()
+
+
+def basis_table(order: int, u_bits: int, basis_type: FixedType, impl: str = "table") -> np.ndarray:
+    """``(2**u_bits, order + 1)`` int64 codes of ``basis_type``: row u, column m is b_m(u / 2**u_bits).
+
+    ``impl`` picks the rounding (see the module docstring); every consumer of a KAN layer's bases (golden
+    model, ONNX backend, interval analysis, RTL ROM) reads this one table, so they agree by construction.
+    """
     if basis_type.signed:
         raise ValueError(f"basis type must be unsigned (bases lie in [0, 1]), got {basis_type}")
     if basis_type.integer < 1:
         raise ValueError(f"basis type {basis_type} cannot hold 1.0; it needs at least 1 integer bit")
-    raw = _table(order, u_bits, basis_type.frac)
+    if impl == "table":
+        raw = _table(order, u_bits, basis_type.frac)
+    elif impl == "closed_form":
+        if order not in CLOSED_FORM_POLYNOMIALS:
+            raise ValueError(f"basis_impl 'closed_form' exists for spline orders {sorted(CLOSED_FORM_POLYNOMIALS)}, "
+                             f"not {order}; use basis_impl 'table'")
+        raw = _closed_form_table(order, u_bits, basis_type.frac)
+    else:
+        raise ValueError(f"unknown basis_impl {impl!r}; expected one of {', '.join(BASIS_IMPLS)}")
     return np.frombuffer(raw, dtype=np.int64).reshape(1 << u_bits, order + 1).copy()
 
 

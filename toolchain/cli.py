@@ -47,7 +47,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from .compiler import CompileOptions, compile_model
 
     opts = CompileOptions(to=tuple(args.to), precision=args.precision, vectors=args.vectors, seed=args.seed,
-                          input_range=args.input_range)
+                          input_range=args.input_range, reuse=args.reuse, target=args.target)
     report = compile_model(args.model, Path(args.output), opts, progress=_progress)
     _print_compile_summary(report, Path(args.output))
     return 0
@@ -166,6 +166,82 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 # -- parser ----------------------------------------------------------------------------------------
 
+def _parse_reuse(text: str):
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or 'auto', got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"reuse must be at least 1, got {value}")
+    return value
+
+
+def _add_rtl_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reuse", type=_parse_reuse, default=1, metavar="N|auto",
+                   help="RTL: 1 = fully parallel (default), N = each multiplier serves N products (II = N), "
+                        "auto = smallest per layer that fits --target")
+    p.add_argument("--target", metavar="T", help="FPGA target (for --reuse auto and implementation): ice40-up5k, "
+                   "ecp5-25f, ecp5-85f, gowin-gw1nr9, xc7a35t, xcvu9p")
+
+
+# -- simulate / implement / flow -----------------------------------------------------------------
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from .verify.simulate import simulate
+
+    results = simulate(Path(args.out), args.simulator, args.vectors, args.seed, progress=_progress)
+    for sim, r in results.items():
+        out_console.print(f"golden model vs RTL ({sim}): {r['vectors']:,} vectors, {r['mismatches']} mismatches, "
+                          f"{r['cycles']:,} cycles with random stalls")
+    return 0
+
+
+def cmd_implement(args: argparse.Namespace) -> int:
+    from .flows.implement import implement
+
+    result = implement(Path(args.out), args.target, seed=args.seed, clock_mhz=args.clock, progress=_progress)
+    _print_target(args.target, result)
+    return 0
+
+
+def _print_target(target: str, r: dict) -> None:
+    t = Table(title=f"{target}", title_justify="left")
+    for col in ("LUT", "FF", "DSP", "BRAM", "Fmax MHz", "latency", "II", "bitstream"):
+        t.add_column(col, justify="right")
+    lat = f"{r.get('latency_cycles')} cyc"
+    if r.get("latency_ns") is not None:
+        lat += f" = {r['latency_ns']:.1f} ns"
+    fmax = r.get("fmax_mhz")
+    t.add_row(*(str(r.get(k)) for k in ("lut", "ff", "dsp", "bram")), f"{fmax:.1f}" if fmax else "-", lat,
+              str(r.get("ii")), str(r.get("bitstream") or "none (synthesis estimate)"))
+    out_console.print(t)
+
+
+def cmd_flow(args: argparse.Namespace) -> int:
+    from .compiler import CompileOptions, compile_model
+    from .flows.implement import implement
+    from .verify.simulate import simulate
+
+    if not args.target:
+        from .errors import BitforgeError
+        raise BitforgeError("bitforge flow needs --target (e.g. --target ecp5-85f); see bitforge flow --help")
+    out = Path(args.output)
+    opts = CompileOptions(to=("onnx", "rtl"), precision=args.precision, vectors=args.vectors, seed=args.seed,
+                          input_range=args.input_range, reuse=args.reuse, target=args.target)
+    report = compile_model(args.model, out, opts, progress=_progress)
+    _print_compile_summary(report, out)
+    if report.get("rtl", {}).get("reuse_auto"):
+        out_console.print(f"reuse auto: {report['rtl']['reuse_auto']}")
+    if args.simulator != "none":
+        for sim, r in simulate(out, args.simulator, args.sim_vectors, args.seed, progress=_progress).items():
+            out_console.print(f"golden model vs RTL ({sim}): {r['vectors']:,} vectors, {r['mismatches']} mismatches")
+    result = implement(out, args.target, seed=args.seed, progress=_progress)
+    _print_target(args.target, result)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(
@@ -190,8 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
                        """))
     c.add_argument("model", metavar="MODEL")
     c.add_argument("-o", "--output", required=True, metavar="OUT", help="output folder (replaced atomically)")
-    c.add_argument("--to", action="append", choices=["onnx"], default=None,
-                   help="backend(s) to run (default: onnx)")
+    c.add_argument("--to", action="append", choices=["onnx", "rtl"], default=None,
+                   help="backend(s) to run, repeatable (default: onnx)")
+    _add_rtl_options(c)
     c.add_argument("--precision", metavar="SPEC", help="quantize a float model: 8, 16, w8a16, or "
                    "'weight=fixed<8,2,RND_CONV,SAT>,act=fixed<16,6,RND_CONV,SAT>'")
     c.add_argument("--input-range", type=_parse_range, metavar="LO,HI",
@@ -225,6 +302,54 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("model", nargs="?", metavar="MODEL|OUT")
     i.add_argument("--precision", action="store_true", help="also infer accumulator types and report saturation risks")
     i.set_defaults(func=cmd_inspect)
+
+    sm = sub.add_parser("simulate", formatter_class=fmt, help="verify the generated RTL with cocotb",
+                        description="Stream seeded vectors (edge cases first) through the generated core on Icarus "
+                                    "and/or Verilator with random input gaps and output backpressure; every output "
+                                    "must equal the golden model bit for bit. Results go to report.json under "
+                                    "verification.golden_vs_rtl.",
+                        epilog=_examples("""
+                            bitforge compile kan-tracker -o out/kt --to rtl
+                            bitforge simulate out/kt --simulator both --vectors 2000
+                        """))
+    sm.add_argument("out", metavar="OUT")
+    sm.add_argument("--simulator", default="both", choices=["icarus", "verilator", "both"])
+    sm.add_argument("--vectors", type=int, default=2000)
+    sm.add_argument("--seed", type=int, default=0)
+    sm.set_defaults(func=cmd_simulate)
+
+    im = sub.add_parser("implement", formatter_class=fmt, help="synthesise, place and route, write a bitstream",
+                        description="Run yosys, nextpnr and the bitstream packer (YoWASP wheels) on the board-level "
+                                    "top of OUT for a target; resources, Fmax and latency go to report.json under "
+                                    "targets.<T>. Xilinx targets are synthesis-only estimates plus a Vivado "
+                                    "project script.",
+                        epilog=_examples("""
+                            bitforge implement out/kt --target ice40-up5k
+                            bitforge implement out/jet --target xcvu9p        # estimate + Vivado TCL
+                        """))
+    im.add_argument("out", metavar="OUT")
+    im.add_argument("--target", required=True, metavar="T")
+    im.add_argument("--clock", type=float, metavar="MHZ", help="clock constraint (default: the target's)")
+    im.add_argument("--seed", type=int, default=1, help="place-and-route seed (default 1)")
+    im.set_defaults(func=cmd_implement)
+
+    fl = sub.add_parser("flow", formatter_class=fmt, help="compile + simulate + implement in one go",
+                        description="compile MODEL to ONNX and RTL, verify both against the golden model (ONNX "
+                                    "Runtime; cocotb on Icarus and Verilator), then implement on --target.",
+                        epilog=_examples("""
+                            bitforge flow kan-tracker --target ice40-up5k -o out/kt
+                            bitforge flow jet-mlp --target ecp5-85f --reuse auto -o out/jet
+                        """))
+    fl.add_argument("model", metavar="MODEL")
+    fl.add_argument("-o", "--output", required=True, metavar="OUT")
+    fl.add_argument("--precision", metavar="SPEC")
+    fl.add_argument("--input-range", type=_parse_range, metavar="LO,HI")
+    fl.add_argument("--vectors", type=int, default=10_000, help="ONNX verification vectors")
+    fl.add_argument("--simulator", default="both", choices=["icarus", "verilator", "both", "none"])
+    fl.add_argument("--sim-vectors", type=int, default=2000, help="RTL verification vectors")
+    fl.add_argument("--seed", type=int, default=0)
+    _add_rtl_options(fl)
+    fl.set_defaults(func=cmd_flow, reuse="auto")
 
     d = sub.add_parser("demo", formatter_class=fmt, help="run the default example end to end",
                        description=f"Compile the '{DEFAULT_DEMO}' recipe to ONNX, verified bit for bit against the "

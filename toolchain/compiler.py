@@ -15,7 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from . import ir
 from .errors import BitforgeError
 from .ir import Graph
 
-BACKENDS = ("onnx",)
+BACKENDS = ("onnx", "rtl")
 
 
 class CompileError(BitforgeError):
@@ -43,6 +43,8 @@ class CompileOptions:
     vectors: int = 10_000
     seed: int = 0
     input_range: Optional[tuple[float, float]] = None
+    reuse: Union[int, str] = 1
+    target: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.input_range is not None and not (len(self.input_range) == 2 and
@@ -194,6 +196,9 @@ def compile_model(model: str, out: Path, options: CompileOptions = CompileOption
                     f"golden model and ONNX Runtime disagree on {result.mismatches} of {result.vectors} vectors; "
                     f"first: {json.dumps(result.first_mismatch)}. This is a bitforge bug; the artefacts are in "
                     f"{failed} for a bug report.")
+        if "rtl" in options.to:
+            progress("generating Verilog")
+            report["rtl"] = write_rtl(g, tmp, options)
         _write_report(tmp, report, t0)
         commit_output(tmp, out)
     except BaseException:
@@ -202,10 +207,44 @@ def compile_model(model: str, out: Path, options: CompileOptions = CompileOption
     return report
 
 
+def write_rtl(g: Graph, folder: Path, options: CompileOptions) -> dict:
+    """Generate the design into ``folder/rtl`` (generated files, the library modules it uses, manifest.json)."""
+    from .backends.rtl.generate import RtlOptions, generate, hardware_chain, library_source
+
+    reuse_map, explanation = None, None
+    if options.reuse == "auto":
+        from .backends.rtl.reuse import choose_reuse
+        from .flows.targets import get_target
+
+        chain = hardware_chain(g)
+        bits = max(g.tensors[n.inputs[0]].dtype.width for n in chain), max(
+            t.width for n in chain for t in (getattr(n, "weight_type", None), getattr(n, "u_type", None),
+                                              getattr(n, "coeff_type", None)) if t is not None)
+        choice = choose_reuse(g, chain, get_target(options.target).multiplier_budget(), bits)
+        reuse_map, explanation = choice.reuse, choice.explanation
+    design = generate(g, RtlOptions(reuse=1 if options.reuse == "auto" else options.reuse, target=options.target),
+                      reuse=reuse_map)
+    rtl = folder / "rtl"
+    rtl.mkdir()
+    for name, text in sorted(design.files.items()):
+        (rtl / name).write_text(text)
+    for name in design.library:
+        (rtl / name).write_text(library_source(name))
+    manifest = design.manifest()
+    if explanation:
+        manifest["reuse_auto"] = explanation
+    (rtl / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return {k: manifest[k] for k in ("top", "board_top", "latency_cycles", "ii", "layers", "bus_width")} | (
+        {"reuse_auto": explanation} if explanation else {})
+
+
 def _write_report(folder: Path, report: dict, t0: float) -> None:
     """``report.json`` is reproducible (same inputs and seed: same bytes); wall time goes to ``run.json``."""
+    from . import report_md
+
     report["tools"] = _versions()
     (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    report_md.write(folder)
     run = {"seconds": round(time.perf_counter() - t0, 3), "host": platform.node(),
            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     (folder / "run.json").write_text(json.dumps(run, indent=2) + "\n")

@@ -96,7 +96,7 @@ def kan_fixed(n: KANLayer, x: np.ndarray, out: FixedType) -> np.ndarray:
     """Fixed-point KAN layer: integer cell/u, basis table, exact sum over inputs and the k+1 active bases."""
     accum = _need(n, n.accum_type, "accum_type")
     cell, u = cell_and_u(x, n.grid_size, n.u_bits, n.index_lo, n.index_mult, n.index_shift)  # (N, in)
-    table = basis_table(n.order, n.u_bits, n.basis_type)  # (2**U, k+1)
+    table = basis_table(n.order, n.u_bits, n.basis_type, n.basis_impl)  # (2**U, k+1)
     b = table[u]  # (N, in, k+1)
     n_in = n.in_features
     idx = cell[..., None] + np.arange(n.order + 1)  # (N, in, k+1)

@@ -185,8 +185,9 @@ class KANLayer(Node):
     Fixed point (see ``docs/ir.md``): ``s = ((x - lo_code) * index_mult) >> index_shift`` is the
     position in units of 2**-u_bits cells, clamped to [0, G * 2**u_bits - 1]; cell = s >> u_bits,
     u = s & (2**u_bits - 1); the k+1 basis weights come from :func:`bitforge.toolchain.bspline.basis_table`
-    (``basis_type``, partition of unity exact); products with the coefficients are exact and summed over
-    all inputs in ``accum_type``, then requantized to the output type.
+    (``basis_type``, partition of unity exact; ``basis_impl`` "table" rounds the exact bases, "closed_form"
+    is the floor arithmetic of the closed-form circuit, k <= 3); products with the coefficients are exact
+    and summed over all inputs in ``accum_type``, then requantized to the output type.
     """
 
     OP: ClassVar[str] = "KANLayer"
@@ -202,6 +203,7 @@ class KANLayer(Node):
     index_mult: int = 1
     index_shift: int = 0
     accum_type: DType = None
+    basis_impl: str = "table"
 
     @property
     def in_features(self) -> int:

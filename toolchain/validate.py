@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .bspline import BASIS_IMPLS, CLOSED_FORM_POLYNOMIALS
 from .fixed import FixedType
 from .ir import (
     Add,
@@ -151,6 +152,12 @@ def _check_node(g: Graph, n: Node, ins, out) -> None:
             raise IRError(f"{n.describe()}: spline order {n.order} unsupported (1..5)")
         if x.shape != (c.shape[1],) or out.shape != (c.shape[0],):
             raise _shape_err(n, "input/output features", (c.shape[1], c.shape[0]), (x.shape, out.shape))
+        if n.basis_impl not in BASIS_IMPLS:
+            raise IRError(f"{n.describe()}: unknown basis_impl {n.basis_impl!r}; expected one of "
+                          f"{', '.join(BASIS_IMPLS)}")
+        if n.basis_impl == "closed_form" and n.order not in CLOSED_FORM_POLYNOMIALS:
+            raise IRError(f"{n.describe()}: basis_impl 'closed_form' exists for spline orders "
+                          f"{sorted(CLOSED_FORM_POLYNOMIALS)}, not {n.order}; use basis_impl 'table'")
         if not x.is_float:
             if n.coeff_type is None or n.basis_type is None:
                 raise IRError(f"{n.describe()}: fixed-point KAN layer needs coeff_type and basis_type")

@@ -414,7 +414,7 @@ def _kan_fixed(b: _Builder, n: KANLayer, x: IntVal, out: FixedType) -> IntVal:
     s = b.clip(s, 0, (n.grid_size << n.u_bits) - 1)
     cell = b.div_floor_nonneg(s, 1 << n.u_bits)
     u = b.mod(s, 1 << n.u_bits)
-    table = basis_table(k, n.u_bits, n.basis_type)  # (2**U, k+1)
+    table = basis_table(k, n.u_bits, n.basis_type, n.basis_impl)  # (2**U, k+1)
     weights = b.op("Gather", [b.array("basis_table", table), u.name], axis=0)  # (N, in, k+1)
     cols = b.op("Add", [b.op("Unsqueeze", [cell.name, b.array("axis2", np.array([2], dtype=np.int64))]),
                         b.array("active", np.arange(k + 1, dtype=np.int64).reshape(1, 1, k + 1))])

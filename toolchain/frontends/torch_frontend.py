@@ -24,7 +24,7 @@ from bitforge.models.quant import FAKE_QUANT_OP, fixed_type_of
 from torch import nn
 
 from .. import fixed, ir
-from ..bspline import index_params
+from ..bspline import BASIS_IMPLS, index_params
 from ..errors import BitforgeError
 from ..fixed import FixedType, Overflow
 
@@ -419,6 +419,8 @@ class _Converter:
             raise FrontendError(f"{where}: the exported program lacks '{prefix}grid_spec' or '{prefix}coeffs'; "
                                 "export a bitforge.models.KANLayer")
         lo, hi, grid_size, order = grid_from_spec(state[f"{prefix}grid_spec"])
+        impl_code = state.get(f"{prefix}basis_impl_code")  # absent in archives exported before basis_impl
+        basis_impl = BASIS_IMPLS[int(impl_code.reshape(-1)[0])] if impl_code is not None else "table"
         acts, coeff_type, basis_type, out_type = set(), None, None, None
         for node in members:
             for arg in node.all_input_nodes:
@@ -444,7 +446,7 @@ class _Converter:
                 raise FrontendError(f"{where}: basis_type needs a fixed-point input (the float IR has no basis "
                                     "quantization); put an InputQuant before the layer or drop basis_type")
             node = ir.KANLayer(name, (x.name,), (name,), coeffs=_float_values(coeffs, where), grid_lo=lo, grid_hi=hi,
-                               grid_size=grid_size, order=order)
+                               grid_size=grid_size, order=order, basis_impl=basis_impl)
             act = self._emit(node, ir.TensorSpec(name, shape, None))
             if out_type is not None:
                 qname = self._unique(f"{name}_quantize")
@@ -458,7 +460,8 @@ class _Converter:
         index_lo, mult, shift, u_bits = index_params(lo, hi, grid_size, x.dtype)
         node = ir.KANLayer(name, (x.name,), (name,), coeffs=_codes(coeffs, where), grid_lo=lo, grid_hi=hi,
                            grid_size=grid_size, order=order, coeff_type=coeff_type, basis_type=basis_type,
-                           u_bits=u_bits, index_lo=index_lo, index_mult=mult, index_shift=shift)
+                           u_bits=u_bits, index_lo=index_lo, index_mult=mult, index_shift=shift,
+                           basis_impl=basis_impl)
         self.env[last] = self._emit(node, ir.TensorSpec(name, shape, out_type))
 
 

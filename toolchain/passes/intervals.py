@@ -268,7 +268,7 @@ def _kan_exact(n: KANLayer, x: Bounds) -> Bounds:
     reachable ones.
     """
     k = n.order
-    table = basis_table(k, n.u_bits, n.basis_type)
+    table = basis_table(k, n.u_bits, n.basis_type, n.basis_impl)
     one = 1 << n.basis_type.frac
     assert table.min() >= 0, "basis_table must be non-negative for the convex bound"
     c_lo, _ = cell_and_u(_compact(x.lo).astype(np.int64), n.grid_size, n.u_bits, n.index_lo, n.index_mult,

@@ -1,0 +1,185 @@
+"""IR -> a Verilog design: one stage per node, chained by valid/ready streams, plus a board-level top.
+
+The core top (``<name>``) has AXI4-Stream style ports with the full tensors on ``tdata``; the board top
+(``<name>_board``) wraps it in a narrow byte stream (deserialize -> core -> serialize) so that even a
+256-bit-wide core fits the pins of a small FPGA. Latency and II are known by construction: the sum of the
+stage latencies (plus one cycle per skid buffer) and the largest stage II.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from typing import Mapping, Optional, Union
+
+import jinja2
+
+from ...errors import BitforgeError
+from ...ir import Graph, Quantize
+from . import stages
+from .stages import Ports, Stage, StageRequest
+
+#: Cycles a bf_skid_buffer adds between two stages (it registers data and valid).
+SKID_LATENCY = 1
+
+
+class RtlError(BitforgeError):
+    """A graph the RTL backend cannot generate (op without a hardware form, float tensors, a non-chain graph)."""
+
+
+@dataclass(frozen=True)
+class RtlOptions:
+    """How to build the hardware. ``reuse``: 1 = fully parallel, N = every layer folded by N, a mapping
+    node -> N, or ``"auto"`` (needs ``target``: the smallest reuse per layer that fits the target)."""
+
+    reuse: Union[int, str, Mapping[str, int]] = 1
+    target: Optional[str] = None
+    bus_width: int = 8
+    skid: bool = True
+
+    def __post_init__(self) -> None:
+        r = self.reuse
+        if isinstance(r, str) and r != "auto":
+            raise RtlError(f"--reuse must be a positive integer or 'auto', got {r!r}")
+        if isinstance(r, int) and r < 1:
+            raise RtlError(f"--reuse must be at least 1, got {r}")
+        if r == "auto" and self.target is None:
+            raise RtlError("--reuse auto needs a --target to size the layers for")
+        if self.bus_width not in (8, 16, 32):
+            raise RtlError(f"board bus width must be 8, 16 or 32 bits, got {self.bus_width}")
+
+
+@dataclass
+class LayerReport:
+    node: str
+    op: str
+    reuse: int
+    latency: int
+    ii: int
+    resources: dict
+
+
+@dataclass
+class RtlDesign:
+    """Generated files (name -> text) and what is known by construction."""
+
+    name: str
+    top: str
+    board_top: str
+    files: dict[str, str]
+    library: list[str]
+    latency_cycles: int
+    ii: int
+    input_tensor: str
+    output_tensor: str
+    in_width: int
+    out_width: int
+    bus_width: int
+    layers: list[LayerReport] = field(default_factory=list)
+
+    def manifest(self) -> dict:
+        d = {k: v for k, v in asdict(self).items() if k not in ("files", "layers")}
+        d["files"] = [f"rtl/{n}" for n in sorted(set(self.files) | set(self.library))]
+        d["layers"] = [asdict(x) for x in self.layers]
+        return d
+
+
+def verilog_name(text: str) -> str:
+    """A legal, stable Verilog identifier from an IR name (ONNX names look like '/fc1/Gemm')."""
+    s = re.sub(r"[^A-Za-z0-9_]", "_", text).strip("_") or "n"
+    return ("n_" + s) if s[0].isdigit() else s
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.PackageLoader("bitforge.toolchain.backends.rtl", "templates"),
+                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True,
+                              lstrip_blocks=True)
+
+
+def hardware_chain(g: Graph) -> list:
+    """The nodes that become hardware: everything after the input Quantize (done by the host), as a chain."""
+    nodes = list(g.nodes)
+    if len(g.inputs) != 1 or len(g.outputs) != 1:
+        raise RtlError(f"graph '{g.name}' has {len(g.inputs)} inputs and {len(g.outputs)} outputs; the RTL backend "
+                       "builds single-input, single-output models")
+    if nodes and isinstance(nodes[0], Quantize):
+        nodes = nodes[1:]
+    if not nodes:
+        raise RtlError(f"graph '{g.name}' has no layers to build in hardware")
+    prev = nodes[0].inputs[0]
+    for n in nodes:
+        if len(n.inputs) != 1 or n.inputs[0] != prev:
+            raise RtlError(f"{n.describe()}: the RTL backend builds chains of layers for now; this node reads "
+                           f"{list(n.inputs)} but the previous layer produced '{prev}'")
+        for t in (*n.inputs, *n.outputs):
+            if g.tensors[t].is_float:
+                raise RtlError(f"{n.describe()}: tensor '{t}' is float; hardware needs fixed point (compile with "
+                               "--precision, e.g. --precision 8)")
+        prev = n.output
+    return nodes
+
+
+def _load_emitters() -> None:
+    # Emitters register themselves on import (stages.emitter); import every module that has some.
+    from . import dense, kan  # noqa: F401
+
+
+def generate(g: Graph, options: RtlOptions = RtlOptions(), reuse: Optional[Mapping[str, int]] = None) -> RtlDesign:
+    """Generate the design. ``reuse`` (node -> factor) overrides ``options.reuse`` (the auto chooser passes it)."""
+    _load_emitters()
+    chain = hardware_chain(g)
+    name = verilog_name(g.name)
+    env = _env()
+    instances, generated, layers = [], {}, []
+    library = {"bf_skid_buffer.v", "bf_serialize.v", "bf_deserialize.v"}
+    nets = []
+    latency, ii = 0, 1
+    for i, n in enumerate(chain):
+        emit = stages.EMITTERS.get(n.OP)
+        if emit is None:
+            raise RtlError(f"{n.describe()}: no RTL form for op {n.OP}; ops with one: {', '.join(sorted(stages.EMITTERS))}")
+        x, y = g.tensors[n.inputs[0]], g.tensors[n.output]
+        r = _reuse_for(n, options, reuse)
+        ports = Ports("clk", "rst", f"s{i}_in_valid", f"s{i}_in_ready", f"s{i}_in_data",
+                      f"s{i}_out_valid", f"s{i}_out_ready", f"s{i}_out_data")
+        req = StageRequest(g, n, x.dtype, math.prod(x.shape), y.dtype, math.prod(y.shape), ports,
+                           f"u{i}_{verilog_name(n.name)}", r)
+        st: Stage = emit(req)
+        instances.append(st.instance)
+        library.update(st.library)
+        generated.update(st.generated)
+        nets.append({"i": i, "in_w": req.in_count * x.dtype.width, "out_w": req.out_count * y.dtype.width})
+        layers.append(LayerReport(n.name, n.OP, st.reuse, st.latency, st.ii, st.resources))
+        latency += st.latency + (SKID_LATENCY if options.skid else 0)
+        ii = max(ii, st.ii)
+    first, last = g.tensors[chain[0].inputs[0]], g.tensors[chain[-1].output]
+    in_w, out_w = nets[0]["in_w"], nets[-1]["out_w"]
+    # The tlast FIFO must hold one bit per sample in flight: every pipeline register and skid entry.
+    in_flight = latency + 2 * len(chain) + 2
+    ctx = dict(name=name, stages=nets, instances=instances, n=len(chain), in_w=in_w, out_w=out_w, skid=options.skid,
+               fifo_depth_log2=max(2, math.ceil(math.log2(in_flight))), bus_w=options.bus_width,
+               in_tensor=first.name, out_tensor=last.name, in_type=first.dtype.to_short(),
+               out_type=last.dtype.to_short(), latency=latency, ii=ii, graph=g.name)
+    files = {f"{name}.v": env.get_template("top.v.j2").render(**ctx),
+             f"{name}_board.v": env.get_template("board.v.j2").render(**ctx)}
+    files.update(generated)
+    return RtlDesign(name, name, f"{name}_board", files, sorted(library), latency, ii, first.name, last.name, in_w,
+                     out_w, options.bus_width, layers)
+
+
+def _reuse_for(n, options: RtlOptions, reuse: Optional[Mapping[str, int]]) -> int:
+    if reuse is not None and n.name in reuse:
+        return int(reuse[n.name])
+    r = options.reuse
+    if isinstance(r, Mapping):
+        return int(r.get(n.name, 1))
+    return 1 if r == "auto" else int(r)
+
+
+def library_source(name: str) -> str:
+    """Text of an ``rtl/`` library module shipped as package data."""
+    f = resources.files("bitforge.rtl").joinpath(name)
+    if not f.is_file():
+        raise RtlError(f"rtl library file {name} is missing from the installed package")
+    return f.read_text()

@@ -1,0 +1,68 @@
+"""``--reuse auto``: the smallest reuse factor per layer that fits a target's multiplier budget.
+
+A folded layer with reuse R needs ceil(P / R) multipliers for its P products and accepts a sample every R
+cycles, so the design's II is the largest R. We look for the smallest II whose multipliers fit: DSP blocks
+first (most of them: the rest of the design needs a few), then LUT-built multipliers within a share of the
+LUTs. Each layer then takes R = min(II, P) (a layer smaller than II needs only one multiplier).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ...ir import Graph
+from .stages import MULTIPLIES
+
+#: Share of the DSP blocks and of the LUTs that folded multipliers may take.
+DSP_SHARE = 0.9
+LUT_SHARE = 0.15
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a target offers to multipliers."""
+
+    dsp: int
+    lut: int
+    dsp_width: int = 18  # operand width one DSP multiplies (MULT18X18D, SB_MAC16: 16)
+
+
+@dataclass
+class ReuseChoice:
+    reuse: dict[str, int]
+    ii: int
+    multipliers: int
+    capacity: int
+    explanation: str
+
+
+def lut_multiplier_cost(a_bits: int, b_bits: int) -> int:
+    """LUT4s of one LUT-built a x b multiplier (an array multiplier is about a*b/2 LUT4s plus carries)."""
+    return max(8, (a_bits * b_bits * 6) // 10)
+
+
+def choose_reuse(g: Graph, nodes: list, budget: Budget, operand_bits: tuple[int, int]) -> ReuseChoice:
+    products = {n.name: MULTIPLIES[n.OP](n) for n in nodes if n.OP in MULTIPLIES}
+    if not products:
+        return ReuseChoice({}, 1, 0, 0, "no multiplying layers")
+    wide = max(operand_bits) > budget.dsp_width
+    dsp_mults = math.floor(budget.dsp * DSP_SHARE) // (2 if wide else 1)
+    lut_mults = math.floor(budget.lut * LUT_SHARE) // lut_multiplier_cost(*operand_bits)
+    capacity = max(1, dsp_mults + lut_mults)
+
+    def needed(ii: int) -> int:
+        return sum(math.ceil(p / min(ii, p)) for p in products.values())
+
+    lo, hi = 1, max(products.values())
+    while lo < hi:  # smallest ii with needed(ii) <= capacity; needed() is non-increasing in ii
+        mid = (lo + hi) // 2
+        if needed(mid) <= capacity:
+            hi = mid
+        else:
+            lo = mid + 1
+    ii = lo
+    reuse = {name: min(ii, p) for name, p in products.items()}
+    used = needed(ii)
+    text = (f"{sum(products.values())} products per sample; budget {capacity} multipliers "
+            f"({dsp_mults} in DSP blocks, {lut_mults} in LUTs); reuse {ii} -> {used} multipliers, II {ii}")
+    return ReuseChoice(reuse, ii, used, capacity, text)

@@ -193,23 +193,24 @@ def test_kan_tracker_becomes_one_kan_node_with_its_grid_and_index_map(kan):
     _, model, g = kan
     assert [n.OP for n in g.nodes] == ["Quantize", "KANLayer"]
     node, layer = g.nodes[1], model[1]
-    assert (node.grid_lo, node.grid_hi, node.grid_size, node.order) == (-2.0, 2.0, 5, 3)
-    assert node.coeff_type == ACT and node.basis_type == DEFAULT_BASIS_TYPE
+    assert (node.grid_lo, node.grid_hi, node.grid_size, node.order) == (-2.5, 2.5, 5, 3)
+    assert node.coeff_type == ACT and node.basis_type == DEFAULT_BASIS_TYPE and node.basis_impl == "closed_form"
     assert np.array_equal(node.coeffs, fixed.quantize(layer.coeffs.detach().numpy(), ACT))
-    assert (node.index_lo, node.index_mult, node.index_shift, node.u_bits) == index_params(-2.0, 2.0, 5, ACT)
+    assert (node.index_lo, node.index_mult, node.index_shift, node.u_bits) == index_params(-2.5, 2.5, 5, ACT)
     assert g.tensors[node.output].dtype == ACT and g.metadata["input_range"] == [-2.0, 2.0]
 
 
 def test_kan_tracker_golden_model_is_within_the_fixed_point_error_bound(kan):
     """Torch evaluates the spline at the exact position with float bases; the IR quantizes the position
     to 2**-u_bits of a cell and the bases to ``basis_type``. The spline's slope in cell units is at most
-    max |c_j - c_{j-1}|, each of the k+1 bases is off by at most k half-LSBs (b_0 absorbs the others'
-    rounding), and both sides round the output once more (one output LSB)."""
+    max |c_j - c_{j-1}|; the basis errors e_m sum to zero (rows sum to one), so they cost
+    sum_{m != r} (c_m - c_r) e_m <= k (max c - min c) LSBs (closed form: e_m in (-1, 0] for m >= 1, b_0
+    completes the row); and both sides round the output once more (one output LSB)."""
     recipe, model, g = kan
     node = g.nodes[1]
     c = fixed.to_float(node.coeffs, node.coeff_type)[0, 0]
     bound = (np.abs(np.diff(c)).max() * 2.0 ** -node.u_bits * 1.01
-             + np.abs(c).max() * node.order * node.basis_type.lsb + ACT.lsb + 1e-5)
+             + (c.max() - c.min()) * node.order * node.basis_type.lsb + ACT.lsb + 1e-5)
     x = np.concatenate([recipe.calibration_data(3000, seed=5), [[-2.5], [-2.0], [1.999], [2.0], [3.0]]])
     with torch.no_grad():
         ref = model(torch.from_numpy(x.astype(np.float32))).numpy()

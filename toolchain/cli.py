@@ -385,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print("interrupted")
         return 130
     except Exception as exc:  # noqa: BLE001 - the one place that turns errors into exit codes
-        from .compiler import VerificationFailed
+        from .errors import VerificationFailed
         if is_user_error(exc):
             console.print(f"[bold red]error:[/bold red] {escape(str(exc))}", soft_wrap=True)
             return 2

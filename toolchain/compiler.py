@@ -20,7 +20,7 @@ from typing import Callable, Optional, Union
 import numpy as np
 
 from . import ir
-from .errors import BitforgeError
+from .errors import BitforgeError, VerificationFailed
 from .ir import Graph
 
 BACKENDS = ("onnx", "rtl")
@@ -28,10 +28,6 @@ BACKENDS = ("onnx", "rtl")
 
 class CompileError(BitforgeError):
     """A model, option or output path that cannot be compiled as asked."""
-
-
-class VerificationFailed(RuntimeError):
-    """An executor disagreed with the golden model: a bug, never a tolerance to widen."""
 
 
 @dataclass(frozen=True)
@@ -234,7 +230,7 @@ def write_rtl(g: Graph, folder: Path, options: CompileOptions) -> dict:
     if explanation:
         manifest["reuse_auto"] = explanation
     (rtl / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    return {k: manifest[k] for k in ("top", "board_top", "latency_cycles", "ii", "layers", "bus_width")} | (
+    return {k: manifest[k] for k in ("core_top", "board_top", "latency_cycles", "ii", "layers", "bus_width")} | (
         {"reuse_auto": explanation} if explanation else {})
 
 

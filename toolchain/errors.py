@@ -10,6 +10,10 @@ class BitforgeError(ValueError):
     """Bad input: the message names the file, node or layer, what was expected and found, and what to do."""
 
 
+class VerificationFailed(RuntimeError):
+    """An executor disagreed with the golden model: a bug to report, never a tolerance to widen (exit 1)."""
+
+
 def is_user_error(exc: BaseException) -> bool:
     """True for errors that describe bad input rather than a bug in bitforge."""
     return isinstance(exc, (BitforgeError, FileNotFoundError)) or (

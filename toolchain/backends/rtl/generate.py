@@ -79,7 +79,9 @@ class RtlDesign:
     layers: list[LayerReport] = field(default_factory=list)
 
     def manifest(self) -> dict:
-        d = {k: v for k, v in asdict(self).items() if k not in ("files", "layers")}
+        d = {k: v for k, v in asdict(self).items() if k not in ("files", "layers", "top")}
+        # Implementation builds the board top; simulation drives the core.
+        d["top"], d["core_top"] = self.board_top, self.top
         d["files"] = [f"rtl/{n}" for n in sorted(set(self.files) | set(self.library))]
         d["layers"] = [asdict(x) for x in self.layers]
         return d
@@ -120,14 +122,9 @@ def hardware_chain(g: Graph) -> list:
     return nodes
 
 
-def _load_emitters() -> None:
-    # Emitters register themselves on import (stages.emitter); import every module that has some.
-    from . import dense, kan  # noqa: F401
-
-
 def generate(g: Graph, options: RtlOptions = RtlOptions(), reuse: Optional[Mapping[str, int]] = None) -> RtlDesign:
     """Generate the design. ``reuse`` (node -> factor) overrides ``options.reuse`` (the auto chooser passes it)."""
-    _load_emitters()
+    stages.load_emitters()
     chain = hardware_chain(g)
     name = verilog_name(g.name)
     env = _env()

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 from ...ir import Graph
-from .stages import MULTIPLIES
+from .stages import FOLDABLE, MULTIPLIES, load_emitters
 
 #: Share of the DSP blocks and of the LUTs that folded multipliers may take.
 DSP_SHARE = 0.9
@@ -42,13 +42,15 @@ def lut_multiplier_cost(a_bits: int, b_bits: int) -> int:
 
 
 def choose_reuse(g: Graph, nodes: list, budget: Budget, operand_bits: tuple[int, int]) -> ReuseChoice:
-    products = {n.name: MULTIPLIES[n.OP](n) for n in nodes if n.OP in MULTIPLIES}
+    load_emitters()
+    products = {n.name: MULTIPLIES[n.OP](n) for n in nodes if n.OP in FOLDABLE}
+    fixed = sum(MULTIPLIES[n.OP](n) for n in nodes if n.OP in MULTIPLIES and n.OP not in FOLDABLE)
     if not products:
-        return ReuseChoice({}, 1, 0, 0, "no multiplying layers")
+        return ReuseChoice({}, 1, fixed, fixed, "no foldable layers")
     wide = max(operand_bits) > budget.dsp_width
     dsp_mults = math.floor(budget.dsp * DSP_SHARE) // (2 if wide else 1)
     lut_mults = math.floor(budget.lut * LUT_SHARE) // lut_multiplier_cost(*operand_bits)
-    capacity = max(1, dsp_mults + lut_mults)
+    capacity = max(1, dsp_mults + lut_mults - fixed)  # layers that cannot fold take theirs first
 
     def needed(ii: int) -> int:
         return sum(math.ceil(p / min(ii, p)) for p in products.values())

@@ -70,15 +70,25 @@ Emitter = Callable[[StageRequest], Stage]
 #: Emitters for the node kinds that can be folded: given a node, the multiplies per sample (for reuse choice).
 EMITTERS: dict[str, Emitter] = {}
 MULTIPLIES: dict[str, Callable[[Node], int]] = {}
+#: Ops whose stage honours a reuse factor > 1 (the others always build every multiplier).
+FOLDABLE: set[str] = set()
 
 
-def emitter(op: str, multiplies: Optional[Callable[[Node], int]] = None) -> Callable[[Emitter], Emitter]:
-    """Register the RTL emitter of IR op ``op`` (and, for foldable ops, its multiplies per sample)."""
+def load_emitters() -> None:
+    """Import every module that registers emitters (they register on import)."""
+    from . import dense, kan  # noqa: F401
+
+
+def emitter(op: str, multiplies: Optional[Callable[[Node], int]] = None,
+            foldable: bool = True) -> Callable[[Emitter], Emitter]:
+    """Register the RTL emitter of IR op ``op``, its multiplies per sample, and whether it can be folded."""
 
     def register(fn: Emitter) -> Emitter:
         EMITTERS[op] = fn
         if multiplies is not None:
             MULTIPLIES[op] = multiplies
+            if foldable:
+                FOLDABLE.add(op)
         return fn
 
     return register

@@ -1,0 +1,285 @@
+"""RTL forms of ``Dense``, ``LowRankDense``, ``ReLU`` and ``Requantize``: instances of the ``rtl/`` library.
+
+A dense layer is ``bf_dense_parallel`` (reuse 1: constant multipliers, zero weights dropped, II 1) or
+``bf_dense_folded`` (reuse R > 1: ceil(products / R) multipliers fed from a weight ROM, II R). Both compute
+exactly ``emulate.dense_stage``. ``LowRankDense`` is two dense stages, V then U, joined by a stream of the
+node's ``mid_type``. ReLU and Requantize are one registered requantizer per element.
+
+Latency and II come from the same formulas as the modules' header comments, so ``report.json`` states
+what the hardware does; the cocotb tests in ``tests/rtl`` measure both against these numbers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from ...fixed import FixedType
+from ...ir import Dense, LowRankDense, Node
+from .generate import RtlError, _env
+from .stages import OVERFLOW_CODE, Ports, Stage, StageRequest, emitter, packed_parameter, type_parameters
+
+#: Tree levels between pipeline registers in the dense adder trees (option ``levels_per_stage``).
+LEVELS_PER_STAGE = 2
+#: Bits of one input index in bf_dense_parallel's TERM_INDEX.
+INDEX_BITS = 16
+PARALLEL_LIBRARY = ("bf_dense_parallel.v", "bf_mul.v", "bf_adder_tree.v", "bf_bias_requant.v", "bf_requant.v")
+FOLDED_LIBRARY = ("bf_dense_folded.v", "bf_mul.v", "bf_adder_tree.v", "bf_bias_requant.v", "bf_requant.v")
+ELEMENTWISE_LIBRARY = ("bf_requant_stage.v", "bf_requant.v")
+
+
+@dataclass(frozen=True)
+class DenseSpec:
+    """One ``W x + b`` stage with its types: a Dense node, or one half of a LowRankDense."""
+
+    where: str  # names the node (and half) in error messages
+    weight: np.ndarray  # (out, in) integer codes
+    bias: Optional[np.ndarray]
+    x_type: FixedType
+    w_type: FixedType
+    b_type: Optional[FixedType]
+    acc_type: FixedType
+    out_type: FixedType
+
+    @property
+    def n_in(self) -> int:
+        return int(self.weight.shape[1])
+
+    @property
+    def n_out(self) -> int:
+        return int(self.weight.shape[0])
+
+
+# -- timing formulas (the modules' header comments state the same) ----------------------------------------
+
+def clog2(n: int) -> int:
+    """Verilog's $clog2: bits to count n things (0 for n = 1)."""
+    return (n - 1).bit_length()
+
+
+def parallel_latency(terms: int, levels_per_stage: int = LEVELS_PER_STAGE) -> int:
+    """bf_dense_parallel: product register, tree registers, output register."""
+    return 2 + clog2(terms) // levels_per_stage
+
+
+def folded_fragments(n_in: int, n_out: int, reuse: int) -> int:
+    """bf_dense_folded's MAXF: the most multipliers whose product runs touch one output row."""
+    return max((((o + 1) * n_in - 1) // reuse) - (o * n_in) // reuse + 1 for o in range(n_out))
+
+
+def folded_latency(n_in: int, n_out: int, reuse: int, levels_per_stage: int = LEVELS_PER_STAGE) -> int:
+    """bf_dense_folded: R issue cycles, ROM/tap, product and accumulate registers, tree, output register."""
+    return reuse + 3 + clog2(folded_fragments(n_in, n_out, reuse)) // levels_per_stage
+
+
+def folded_multipliers(n_in: int, n_out: int, reuse: int) -> int:
+    return -(-(n_in * n_out) // reuse)
+
+
+# -- checks ---------------------------------------------------------------------------------------------------
+
+def _check_spec(s: DenseSpec) -> None:
+    if s.acc_type.frac != s.x_type.frac + s.w_type.frac:
+        raise RtlError(f"{s.where}: accumulator {s.acc_type} has {s.acc_type.frac} fractional bits; exact products "
+                       f"of {s.x_type} and {s.w_type} need {s.x_type.frac + s.w_type.frac} (run ir.validate)")
+    _check_codes(s.where, "weight", s.weight, s.w_type)
+    if s.bias is not None:
+        if s.b_type.frac > s.acc_type.frac:
+            raise RtlError(f"{s.where}: bias type {s.b_type} is finer than the accumulator {s.acc_type}; "
+                           "the hardware aligns the bias by appending bits only")
+        _check_codes(s.where, "bias", s.bias, s.b_type)
+    if s.n_in >= 1 << INDEX_BITS:
+        raise RtlError(f"{s.where}: {s.n_in} inputs exceed the {1 << INDEX_BITS} that bf_dense_parallel indexes")
+
+
+def _check_codes(where: str, what: str, codes: np.ndarray, t: FixedType) -> None:
+    codes = np.asarray(codes)
+    if codes.dtype.kind not in "iuO":
+        raise RtlError(f"{where}: {what} must be integer codes of {t}, found dtype {codes.dtype} "
+                       "(run the quantize pass)")
+    if codes.size and (int(codes.min()) < t.min_code or int(codes.max()) > t.max_code):
+        raise RtlError(f"{where}: {what} codes span [{int(codes.min())}, {int(codes.max())}], outside {t} "
+                       f"[{t.min_code}, {t.max_code}]; requantize the weights to their type")
+
+
+def _need(n: Node, value, what: str):
+    if value is None:
+        raise RtlError(f"{n.describe()}: {what} is not set; run the precision pass "
+                       "(bitforge.toolchain.passes.precision.infer_precision) before generating RTL")
+    return value
+
+
+# -- parameters -------------------------------------------------------------------------------------------------
+
+Parameters = list[tuple[str, object]]
+
+
+def _common_parameters(s: DenseSpec, levels_per_stage: int) -> tuple[Parameters, Parameters]:
+    """The parameters both dense modules share: (those before the weights, those after)."""
+    x, w, acc, y = s.x_type, s.w_type, s.acc_type, s.out_type
+    head: Parameters = [("N_IN", s.n_in), ("N_OUT", s.n_out),
+                        ("IN_W", x.width), ("IN_FRAC", x.frac), ("IN_SIGNED", int(x.signed)),
+                        ("W_W", w.width), ("W_FRAC", w.frac), ("W_SIGNED", int(w.signed))]
+    # The accumulator's rounding never acts (its frac is the products' frac): only its overflow is passed.
+    tail: Parameters = [("HAS_BIAS", int(s.bias is not None)), *_bias_parameters(s),
+                        ("ACC_W", acc.width), ("ACC_FRAC", acc.frac), ("ACC_SIGNED", int(acc.signed)),
+                        ("ACC_OVERFLOW", OVERFLOW_CODE[acc.overflow.value]),
+                        *type_parameters("OUT", y).items(), ("LEVELS_PER_STAGE", levels_per_stage)]
+    return head, tail
+
+
+def _bias_parameters(s: DenseSpec) -> Parameters:
+    if s.bias is None:
+        return []
+    b = s.b_type
+    return [("B_W", b.width), ("B_FRAC", b.frac), ("B_SIGNED", int(b.signed)),
+            ("BIAS", packed_parameter(np.asarray(s.bias).ravel(), b.width))]
+
+
+def sparse_rows(weight: np.ndarray) -> tuple[int, list[list[tuple[int, int]]]]:
+    """Each row's non-zero (input index, weight code) terms, and TERMS: the longest row (at least 1)."""
+    rows = [[(int(i), int(row[i])) for i in np.flatnonzero(row)] for row in np.asarray(weight)]
+    return max([1] + [len(r) for r in rows]), rows
+
+
+def parallel_parameters(s: DenseSpec, levels_per_stage: int) -> tuple[Parameters, int, int]:
+    """bf_dense_parallel's parameters, TERMS and the count of non-zero weights."""
+    terms, rows = sparse_rows(s.weight)
+    index, weights = [], []
+    for row in rows:
+        padded = row + [(0, 0)] * (terms - len(row))  # zero weights cost nothing and keep the trees equal
+        index += [i for i, _ in padded]
+        weights += [c for _, c in padded]
+    head, tail = _common_parameters(s, levels_per_stage)
+    head += [("TERMS", terms), ("TERM_INDEX", packed_parameter(index, INDEX_BITS)),
+             ("TERM_WEIGHT", packed_parameter(weights, s.w_type.width))]
+    return head + tail, terms, sum(len(r) for r in rows)
+
+
+def folded_parameters(s: DenseSpec, reuse: int, levels_per_stage: int) -> Parameters:
+    head, tail = _common_parameters(s, levels_per_stage)
+    head += [("R", reuse), ("WEIGHTS", packed_parameter(np.asarray(s.weight).ravel(), s.w_type.width))]
+    return head + tail
+
+
+# -- stages ---------------------------------------------------------------------------------------------------------
+
+@dataclass
+class DenseStage:
+    """One rendered dense instance and what it costs."""
+
+    text: str
+    latency: int
+    ii: int
+    reuse: int
+    library: tuple[str, ...]
+    resources: dict
+
+
+def dense_instance(s: DenseSpec, instance: str, ports: Ports, reuse: int,
+                   levels_per_stage: int = LEVELS_PER_STAGE) -> DenseStage:
+    """Render one dense stage: parallel for reuse 1, else folded with reuse clamped to the product count."""
+    _check_spec(s)
+    if reuse < 1:
+        raise RtlError(f"{s.where}: reuse factor must be at least 1, got {reuse}")
+    if levels_per_stage < 1:
+        raise RtlError(f"{s.where}: levels_per_stage must be at least 1, got {levels_per_stage}")
+    products = s.n_in * s.n_out
+    reuse = min(reuse, products)
+    ctx = dict(where=s.where, instance=instance, ports=ports, n_in=s.n_in, n_out=s.n_out,
+               x_type=s.x_type.to_short(), w_type=s.w_type.to_short(), acc_type=s.acc_type.to_short(),
+               out_type=s.out_type.to_short(), products=products)
+    if reuse == 1:
+        params, terms, nonzero = parallel_parameters(s, levels_per_stage)
+        latency = parallel_latency(terms, levels_per_stage)
+        text = _env().get_template("dense_parallel.v.j2").render(
+            **ctx, params=params, latency=latency, nonzero=nonzero, terms=terms)
+        return DenseStage(text, latency, 1, 1, PARALLEL_LIBRARY,
+                          {"multipliers": nonzero, "constant_multipliers": nonzero,
+                           "zero_weights_skipped": products - nonzero})
+    latency = folded_latency(s.n_in, s.n_out, reuse, levels_per_stage)
+    mults = folded_multipliers(s.n_in, s.n_out, reuse)
+    text = _env().get_template("dense_folded.v.j2").render(
+        **ctx, params=folded_parameters(s, reuse, levels_per_stage), latency=latency, reuse=reuse,
+        multipliers=mults)
+    return DenseStage(text, latency, reuse, reuse, FOLDED_LIBRARY,
+                      {"multipliers": mults, "rom_bits": reuse * mults * (s.w_type.width + 1)})
+
+
+def _levels(req: StageRequest) -> int:
+    return int(req.options.get("levels_per_stage", LEVELS_PER_STAGE))
+
+
+def _merge(*resources: dict) -> dict:
+    out: dict = {}
+    for r in resources:
+        for k, v in r.items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+@emitter("Dense", multiplies=lambda n: int(n.weight.size))
+def emit_dense(req: StageRequest) -> Stage:
+    n: Dense = req.node
+    spec = DenseSpec(n.describe(), n.weight, n.bias, req.in_type, _need(n, n.weight_type, "weight_type"),
+                     _need(n, n.bias_type, "bias_type") if n.bias is not None else None,
+                     _need(n, n.accum_type, "accum_type"), req.out_type)
+    d = dense_instance(spec, req.instance_name, req.ports, req.reuse, _levels(req))
+    return Stage(d.text, d.latency, d.ii, d.library, resources=d.resources, reuse=d.reuse)
+
+
+@emitter("LowRankDense", multiplies=lambda n: int(n.u.size + n.v.size))
+def emit_low_rank_dense(req: StageRequest) -> Stage:
+    """V x into ``mid_type``, then U h + b: two dense stages joined by an internal stream."""
+    n: LowRankDense = req.node
+    mid = _need(n, n.mid_type, "mid_type")
+    v = DenseSpec(f"{n.describe()} (V)", n.v, None, req.in_type, _need(n, n.v_type, "v_type"), None,
+                  _need(n, n.accum_v_type, "accum_v_type"), mid)
+    u = DenseSpec(f"{n.describe()} (U)", n.u, n.bias, mid, _need(n, n.u_type, "u_type"),
+                  _need(n, n.bias_type, "bias_type") if n.bias is not None else None,
+                  _need(n, n.accum_type, "accum_type"), req.out_type)
+    base = req.instance_name
+    link = Ports(req.ports.clk, req.ports.rst, f"{base}_mid_valid", f"{base}_mid_ready", f"{base}_mid_data",
+                 f"{base}_mid_valid", f"{base}_mid_ready", f"{base}_mid_data")
+    first = dense_instance(v, f"{base}_v", Ports(req.ports.clk, req.ports.rst, req.ports.in_valid,
+                                                 req.ports.in_ready, req.ports.in_data, link.out_valid,
+                                                 link.out_ready, link.out_data), req.reuse, _levels(req))
+    second = dense_instance(u, f"{base}_u", Ports(req.ports.clk, req.ports.rst, link.in_valid, link.in_ready,
+                                                  link.in_data, req.ports.out_valid, req.ports.out_ready,
+                                                  req.ports.out_data), req.reuse, _levels(req))
+    text = _env().get_template("dense_lowrank.v.j2").render(
+        where=n.describe(), base=base, rank=n.rank, mid_w=n.rank * mid.width, mid_type=mid.to_short(),
+        first=first.text, second=second.text, latency=first.latency + second.latency)
+    return Stage(text, first.latency + second.latency, max(first.ii, second.ii),
+                 tuple(dict.fromkeys(first.library + second.library)),
+                 resources=_merge(first.resources, second.resources), reuse=max(first.reuse, second.reuse))
+
+
+def _elementwise(req: StageRequest, template: str) -> Stage:
+    x, y = req.in_type, req.out_type
+    if req.in_count != req.out_count:
+        raise RtlError(f"{req.node.describe()}: {req.in_count} inputs but {req.out_count} outputs; an element-wise "
+                       "op keeps the shape")
+    params = [("N", req.in_count), ("IN_W", x.width), ("IN_FRAC", x.frac), ("IN_SIGNED", int(x.signed)),
+              *type_parameters("OUT", y).items(), ("REG", 1)]
+    text = _env().get_template(template).render(
+        where=req.node.describe(), instance=req.instance_name, ports=req.ports, params=params,
+        x_type=x.to_short(), out_type=y.to_short(), n=req.in_count)
+    library = (("bf_relu.v",) if template.startswith("relu") else ()) + ELEMENTWISE_LIBRARY
+    return Stage(text, 1, 1, library, resources={"multipliers": 0})
+
+
+@emitter("ReLU")
+def emit_relu(req: StageRequest) -> Stage:
+    return _elementwise(req, "relu.v.j2")
+
+
+@emitter("Requantize")
+def emit_requantize(req: StageRequest) -> Stage:
+    return _elementwise(req, "requant.v.j2")
+
+
+__all__ = ["DenseSpec", "DenseStage", "dense_instance", "emit_dense", "emit_low_rank_dense", "emit_relu",
+           "emit_requantize", "parallel_latency", "folded_latency", "folded_fragments", "folded_multipliers",
+           "sparse_rows", "clog2"]

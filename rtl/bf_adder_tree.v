@@ -51,7 +51,10 @@ module bf_adder_tree #(
                 for (j = 0; j < nodes_at(l); j = j + 1) begin : g_node
                     wire [CW-1:0] a = g_level[l-1].v[(2*j)*CW +: CW];
                     wire sa = IN_SIGNED != 0 ? a[CW-1] : 1'b0;
-                    wire [CW:0] sum;
+                    // Kept, so each node stays a two-input carry-chain adder: yosys would otherwise merge
+                    // the levels between registers into one multi-operand $macc of LUT full adders, which
+                    // costs about twice as many LUTs on FPGAs with carry chains.
+                    (* keep *) wire [CW:0] sum;
                     if (2 * j + 1 < NC) begin : g_pair
                         wire [CW-1:0] b = g_level[l-1].v[(2*j+1)*CW +: CW];
                         wire sb = IN_SIGNED != 0 ? b[CW-1] : 1'b0;

@@ -4,15 +4,15 @@
 // summed exactly (bf_adder_tree), the bias aligned to the accumulator's fractional bits is added, the
 // accumulator type's overflow (ACC_*) applies to that final sum, and bf_requant takes it to the output type.
 //
-// Weights are constants (packed parameters), so synthesis builds constant multipliers: shifts and adds, and
-// nothing at all for a zero weight. Sparse form: output o sums TERMS products; term t of output o multiplies
+// Weights are constants (packed parameters): each product is bf_const_mul, shifts and adds over the weight's
+// canonical signed digits (no DSP block; nothing at all for a zero weight, wiring for a power of two). Sparse form: output o sums TERMS products; term t of output o multiplies
 // input TERM_INDEX[(o*TERMS + t)*16 +: 16] by weight TERM_WEIGHT[(o*TERMS + t)*W_W +: W_W]. The emitter
 // lists only the non-zero weights of each row and pads short rows with zero weights, which cost nothing and
 // keep every output's tree the same depth (so all outputs share one latency). BIAS packs output o's bias
 // code at [o*B_W +: B_W].
 //
 // Pipeline (all registers load on `advance`):
-//   1 cycle      product registers (bf_mul, OUT_REG = 1)
+//   1 cycle      product registers (after bf_const_mul)
 //   T cycles     adder tree, T = $clog2(TERMS) / LEVELS_PER_STAGE (bf_adder_tree)
 //   1 cycle      bias + accumulator overflow + requantize, then the output register
 // LATENCY = 2 + $clog2(TERMS) / LEVELS_PER_STAGE cycles, II = 1.
@@ -87,11 +87,20 @@ module bf_dense_parallel #(
                     assign products[t*P_W +: P_W] = {P_W{1'b0}};
                 end else begin : g_mul
                     localparam integer IDX = {16'd0, TERM_INDEX[K*16 +: 16]};
-                    bf_mul #(
-                        .A_W(IN_W), .A_FRAC(IN_FRAC), .A_SIGNED(IN_SIGNED),
-                        .B_W(W_W), .B_FRAC(W_FRAC), .B_SIGNED(W_SIGNED), .OUT_REG(1)
-                    ) u_mul (.clk(clk), .en(advance), .a(in_data[IDX*IN_W +: IN_W]), .b(WEIGHT),
-                             .p(products[t*P_W +: P_W]));
+                    wire [P_W-1:0] p;
+                    if (W_W <= 30) begin : g_digits  // shifts and adds: no DSP block, LUTs per digit
+                        bf_const_mul #(.A_W(IN_W), .A_SIGNED(IN_SIGNED), .C_W(W_W), .C_SIGNED(W_SIGNED), .C(WEIGHT))
+                            u_mul (.a(in_data[IDX*IN_W +: IN_W]), .p(p));
+                    end else begin : g_multiplier
+                        bf_mul #(.A_W(IN_W), .A_FRAC(IN_FRAC), .A_SIGNED(IN_SIGNED),
+                                 .B_W(W_W), .B_FRAC(W_FRAC), .B_SIGNED(W_SIGNED))
+                            u_mul (.clk(clk), .en(advance), .a(in_data[IDX*IN_W +: IN_W]), .b(WEIGHT), .p(p));
+                    end
+                    reg [P_W-1:0] p_q;
+                    always @(posedge clk) begin
+                        if (advance) p_q <= p;
+                    end
+                    assign products[t*P_W +: P_W] = p_q;
                 end
             end
 

@@ -4,9 +4,9 @@
 // s_tlast closes a word: normally it comes with the last beat, and m_last repeats it; a tlast on an
 // earlier beat ends the word early with the missing beats read as zero, so a sender that lost count
 // resynchronises at the next packet instead of shifting every later word. Beats are collected in a
-// register; the word is presented in an output register (m_valid) while the next word's beats keep
-// arriving, and s_tready drops only while a finished word waits for m_ready. One word every BEATS cycles
-// at full rate (II = BEATS), latency 1 from the last beat to m_valid.
+// register and a finished word moves to the output register (m_valid); s_tready = !m_valid || m_ready,
+// so beats stop only while a finished word waits to be taken. One word every BEATS cycles at full rate
+// (II = BEATS), latency 1 from the last beat to m_valid (BEATS from the first beat).
 `default_nettype none
 module bf_deserialize #(
     parameter integer WORD_W = 32,

@@ -149,6 +149,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # -- bench -----------------------------------------------------------------------------------------
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.suite == "rtl":
+        return cmd_bench_rtl(args)
     from .bench import bench_emulate, write_json
 
     rows = bench_emulate(args.model, batch=args.batch, repeats=args.repeats)
@@ -162,6 +164,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
         write_json(rows, Path(args.json), {"benchmark": "emulate"})
         out_console.print(f"wrote {args.json}")
     return 0
+
+
+def cmd_bench_rtl(args: argparse.Namespace) -> int:
+    from .bench_rtl import options_from_args, run_bench, table, write_json
+
+    result = run_bench(options_from_args(args), progress=_progress)
+    out_console.print(table(result))
+    if args.json:
+        write_json(result, Path(args.json))
+        out_console.print(f"wrote {args.json}")
+    return 1 if any(r.status == "failed" or r.equivalent is False for r in result.rows) else 0
 
 
 # -- parser ----------------------------------------------------------------------------------------
@@ -237,7 +250,7 @@ def cmd_flow(args: argparse.Namespace) -> int:
     if args.simulator != "none":
         for sim, r in simulate(out, args.simulator, args.sim_vectors, args.seed, progress=_progress).items():
             out_console.print(f"golden model vs RTL ({sim}): {r['vectors']:,} vectors, {r['mismatches']} mismatches")
-    result = implement(out, args.target, seed=args.seed, progress=_progress)
+    result = implement(out, args.target, seed=args.pnr_seed, progress=_progress)
     _print_target(args.target, result)
     return 0
 
@@ -347,7 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
     fl.add_argument("--vectors", type=int, default=10_000, help="ONNX verification vectors")
     fl.add_argument("--simulator", default="both", choices=["icarus", "verilator", "both", "none"])
     fl.add_argument("--sim-vectors", type=int, default=2000, help="RTL verification vectors")
-    fl.add_argument("--seed", type=int, default=0)
+    fl.add_argument("--seed", type=int, default=0, help="seed for recipes and verification vectors (default 0)")
+    fl.add_argument("--pnr-seed", type=int, default=1, help="place-and-route seed (default 1)")
     _add_rtl_options(fl)
     fl.set_defaults(func=cmd_flow, reuse="auto")
 
@@ -360,13 +374,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", formatter_class=fmt, help="benchmarks (table + JSON)",
                        description="Benchmarks. 'emulate': golden-model throughput against ONNX Runtime on the same "
-                                   "exported model and batch, as a ratio in one run.",
-                       epilog=_examples("bitforge bench emulate --json bench-emulate.json"))
-    b.add_argument("suite", choices=["emulate"])
+                                   "exported model and batch, as a ratio in one run. 'rtl': bitforge's fully "
+                                   "parallel RTL against da4ml's (pip install 'bitforge[bench]') on the same "
+                                   "networks, synthesised by the same yosys (xcvu9p estimate, ecp5-85f place and "
+                                   "route), with bitforge/da4ml ratios; each synthesis takes minutes.",
+                       epilog=_examples("""
+                           bitforge bench emulate --json bench-emulate.json
+                           bitforge bench rtl --designs jet-mlp-layer1 --json bench-rtl.json
+                       """))
+    b.add_argument("suite", choices=["emulate", "rtl"])
     b.add_argument("--model", default="jet-mlp", help="recipe or model file (default jet-mlp)")
     b.add_argument("--batch", type=int, default=10_000)
     b.add_argument("--repeats", type=int, default=7)
     b.add_argument("--json", metavar="FILE", help="write the rows as JSON")
+    from .bench_rtl import add_arguments as add_bench_rtl_arguments
+    add_bench_rtl_arguments(b)
     b.set_defaults(func=cmd_bench)
     return p
 

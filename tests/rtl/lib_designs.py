@@ -110,7 +110,17 @@ BIASES = {
                      parse_type("fixed<6,3,RND_CONV,SAT>")),
     "bias_unsigned_sum_wrap": (FixedType(12, 6, False), parse_type("ufixed<5,5>"), 19,
                                parse_type("ufixed<11,5,TRN,WRAP>"), parse_type("fixed<7,4,RND,SAT_ZERO>")),
-    "no_bias": (FixedType(16, 8), None, 0, parse_type("fixed<12,4,TRN,SAT_SYM>"), parse_type("fixed<8,4,TRN_ZERO,SAT>")),
+    "no_bias": (FixedType(16, 8), None, 0, parse_type("fixed<12,4,TRN,SAT_SYM>"),
+                parse_type("fixed<8,4,TRN_ZERO,SAT>")),
+}
+
+
+#: name -> (a type, constant type): one bf_const_mul per constant (edges, powers of two, random) on one a bus.
+CONST_MULS = {
+    "const_mul_signed": (parse_type("fixed<8,3>"), parse_type("fixed<8,2>")),
+    "const_mul_unsigned_by_signed": (parse_type("ufixed<6,6>"), parse_type("fixed<7,0>")),
+    "const_mul_signed_by_unsigned": (parse_type("fixed<5,1>"), parse_type("ufixed<9,3>")),
+    "const_mul_one_bit": (parse_type("fixed<7,2>"), parse_type("fixed<1,0>")),
 }
 
 
@@ -137,6 +147,30 @@ def _mul(part: Part, name: str, ta: FixedType, tb: FixedType, to, reg: int, rng)
                       "expected": [pack([int(v)], out.width) for v in y],
                       "in_fields": fields("a", ta, 1) + fields("b", tb, 1, lsb=ta.width),
                       "out_fields": fields("p", out, 1)})
+
+
+def _const_mul(part: Part, name: str, ta: FixedType, tc: FixedType, rng) -> None:
+    """Every a code against constants: the type's ends, 0, +-1, powers of two, alternating bits, random."""
+    pool = {tc.min_code, tc.max_code, 0, min(1, tc.max_code), max(-1, tc.min_code), tc.max_code // 3,
+            tc.min_code // 3 if tc.signed else tc.max_code // 5}
+    pool |= {c for k in range(tc.width) for c in (1 << k, -(1 << k)) if tc.min_code <= c <= tc.max_code}
+    pool |= {int(c) for c in rng.integers(tc.min_code, tc.max_code, size=6, endpoint=True)}
+    consts = sorted(pool)
+    pt = fixed.mul_type(ta, tc)
+    a = np.arange(ta.min_code, ta.max_code + 1, dtype=np.int64)  # every code of a
+    p = f"{name}_"
+    part.ports += pipe_ports(p, ta.width, pt.width * len(consts), en=False)
+    for k, c in enumerate(consts):
+        part.body.append(f"bf_const_mul #(.A_W({ta.width}), .A_SIGNED({int(ta.signed)}), .C_W({tc.width}), "
+                         f".C_SIGNED({int(tc.signed)}), .C({tc.width}'d{c & ((1 << tc.width) - 1)})) u_{name}_{k} "
+                         f"(.a({p}in_bus), .p({p}out_bus[{(k + 1) * pt.width - 1}:{k * pt.width}]));")
+    prods = [fixed.multiply(a, ta, np.full_like(a, c), tc)[0] for c in consts]
+    part.duts.append({"kind": "pipe", "name": name, "prefix": p, "latency": 0, "has_en": False,
+                      "inputs": [pack([int(v)], ta.width) for v in a],
+                      "expected": [pack([int(col[i]) for col in prods], pt.width) for i in range(len(a))],
+                      "in_fields": fields("a", ta, 1),
+                      "out_fields": [{**f, "name": f"a*{c}", "in": 0}
+                                     for f, c in zip(fields("p", pt, len(consts)), consts)]})
 
 
 def _tree(part: Part, name: str, n: int, t: FixedType, lps: int, rng) -> None:
@@ -173,9 +207,11 @@ def _bias(part: Part, name: str, st: FixedType, bt, bias: int, acc: FixedType, o
 
 
 def arith_part(rng: np.random.Generator) -> Part:
-    part = Part(library={"bf_mul.v", "bf_requant.v", "bf_adder_tree.v", "bf_bias_requant.v"})
+    part = Part(library={"bf_mul.v", "bf_const_mul.v", "bf_requant.v", "bf_adder_tree.v", "bf_bias_requant.v"})
     for k, v in MULS.items():
         _mul(part, k, *v, rng)
+    for k, v in CONST_MULS.items():
+        _const_mul(part, k, *v, rng)
     for k, v in TREES.items():
         _tree(part, k, *v, rng)
     for k, v in BIASES.items():
@@ -268,7 +304,7 @@ def stream_part(rng: np.random.Generator) -> Part:
     return part
 
 
-# -- layers through the emitters (Dense, LowRankDense, ReLU, Requantize) --------------------------------------------------------------------------
+# -- layers through the emitters (Dense, LowRankDense, ReLU, Requantize) ----------------------------------------
 
 N_DENSE = 160
 
@@ -383,8 +419,8 @@ def dense_part(rng: np.random.Generator) -> tuple[Part, dict[str, Stage]]:
 def library_design() -> tuple[str, list[dict], list[str], dict[str, Stage]]:
     """(wrapper text, bench DUT plans, rtl/ files, the emitted dense stages by DUT name)."""
     rng = np.random.default_rng(SEED)
-    dense, stages = dense_part(rng)
-    parts = [requant_part(rng), arith_part(rng), stream_part(rng), dense]
+    layers, stages = dense_part(rng)
+    parts = [requant_part(rng), arith_part(rng), stream_part(rng), layers]
     ports = [p for part in parts for p in part.ports]
     body = [b for part in parts for b in part.body]
     library = sorted(set().union(*(part.library for part in parts)))

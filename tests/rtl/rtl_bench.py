@@ -1,8 +1,7 @@
-"""What the rtl/ library tests share: wrapper tops, cached simulator builds, and the JSON plan for the bench.
+"""What the rtl/ library tests share: packing, wrapper text, cached simulator builds, and the bench's plan.
 
-Each test file puts all its devices under test in one wrapper top (ports prefixed per DUT) so that one
-simulator build serves the whole file; ``simulate`` runs that build once per simulator and pytest run and
-hands every test the per-DUT results (tests then assert one behaviour each).
+``simulate`` builds a wrapper top (lib_designs puts every device under test in one) and runs the cocotb
+bench (cocotb_lib_bench.py) over it, handing back the per-DUT results that the tests assert on.
 
 Builds live in build/test_rtl/<name>-<simulator>-<hash of the sources>: an unchanged design is not rebuilt
 (Icarus by file dates, Verilator by its own make; ccache covers the rest). pytest-xdist may start the same
@@ -72,9 +71,9 @@ def random_codes(rng: np.random.Generator, t: FixedType, shape) -> np.ndarray:
 # -- wrapper text ---------------------------------------------------------------------------------------------
 
 def stream_ports(prefix: str, in_w: int, out_w: int, last: bool = False) -> list[str]:
-    ports = [f"input wire {prefix}in_valid", f"output wire {prefix}in_ready", f"input wire [{in_w - 1}:0] {prefix}in_data",
-             f"output wire {prefix}out_valid", f"input wire {prefix}out_ready",
-             f"output wire [{out_w - 1}:0] {prefix}out_data"]
+    ports = [f"input wire {prefix}in_valid", f"output wire {prefix}in_ready",
+             f"input wire [{in_w - 1}:0] {prefix}in_data", f"output wire {prefix}out_valid",
+             f"input wire {prefix}out_ready", f"output wire [{out_w - 1}:0] {prefix}out_data"]
     if last:
         ports += [f"input wire {prefix}in_last", f"output wire {prefix}out_last"]
     return ports
@@ -114,6 +113,9 @@ def simulate(simulator: str, name: str, top: str, library: Sequence[str], duts: 
     plan = {"seed": seed, "duts": duts}
     plan_text = json.dumps(plan, sort_keys=True)
     run_dir = BUILD_ROOT / "runs" / f"{name}-{simulator}-{_digest(plan_text, BENCH.read_text())[:12]}"
+    if not build_dir.exists():  # a Verilator build with its precompiled headers is ~200 MB: drop stale ones
+        for stale in BUILD_ROOT.glob(f"{name}-{simulator}-*"):
+            shutil.rmtree(stale, ignore_errors=True)
     build_dir.mkdir(parents=True, exist_ok=True)
     run_dir.mkdir(parents=True, exist_ok=True)
     with open(build_dir / ".lock", "w") as lock:
@@ -127,6 +129,10 @@ def simulate(simulator: str, name: str, top: str, library: Sequence[str], duts: 
             wrapper.write_text(top)
         shutil.copy(BENCH, run_dir / BENCH.name)
         (run_dir / "plan.json").write_text(plan_text)
+        saved = os.environ.get("MAKEFLAGS")
+        # The bench runs a few thousand cycles: an unoptimised C++ model builds about a third faster, which
+        # is most of this suite's time on a cold cache. Restored afterwards for other tests in this process.
+        os.environ["MAKEFLAGS"] = " ".join(filter(None, [saved, "OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0"]))
         try:
             outcome = run_cocotb(simulator, [*sources, wrapper], name, BENCH.stem, run_dir, build_dir,
                                  extra_env={"BF_BENCH": str(run_dir / "plan.json"),
@@ -134,6 +140,11 @@ def simulate(simulator: str, name: str, top: str, library: Sequence[str], duts: 
             failures = outcome.failures
         except SystemExit as e:  # cocotb's runner exits when a cocotb test failed; the results say which
             failures = [f"cocotb runner exited with {e.code}"]
+        finally:
+            if saved is None:
+                os.environ.pop("MAKEFLAGS", None)
+            else:
+                os.environ["MAKEFLAGS"] = saved
         if not results.exists():
             raise AssertionError(f"{simulator} run of {name} gave no results (build or simulator failure; "
                                  f"see {build_dir}/build.log and sim.log): {failures}")

@@ -1,4 +1,4 @@
-"""Datapath modules of rtl/ bit-exact against fixed.py: bf_mul, bf_adder_tree, bf_bias_requant.
+"""Datapath modules of rtl/ bit-exact against fixed.py: bf_mul, bf_const_mul, bf_adder_tree, bf_bias_requant.
 
 Each DUT is a pipe (input bus -> output bus) with a random clock enable, so the registered variants are
 checked for both their values and their latency: a result one enabled cycle early or late is a mismatch.
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from lib_designs import BIASES, MULS, TREES, library_results, tree_latency
+from lib_designs import BIASES, CONST_MULS, MULS, TREES, library_results, tree_latency
 from rtl_bench import SIMULATORS, assert_ok
 
 
@@ -18,6 +18,11 @@ def results(request):
 
 @pytest.mark.parametrize("name", list(MULS))
 def test_mul_matches_fixed_multiply_then_requantize(results, name):
+    assert_ok(results, name)
+
+
+@pytest.mark.parametrize("name", list(CONST_MULS))
+def test_const_mul_shift_and_add_equals_fixed_multiply(results, name):
     assert_ok(results, name)
 
 

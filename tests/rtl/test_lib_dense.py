@@ -14,7 +14,7 @@ from bitforge.toolchain.backends.rtl.generate import RtlError
 from bitforge.toolchain.backends.rtl.stages import MULTIPLIES
 from bitforge.toolchain.fixed import parse_type
 
-from lib_designs import dense_layers, dense_node, emit, library_design, library_results, SEED
+from lib_designs import SEED, dense_layers, dense_node, emit, library_design, library_results
 from rtl_bench import SIMULATORS, assert_ok
 
 
@@ -99,3 +99,15 @@ def test_latency_formulas():
     # Folded, 5 inputs, 3 outputs, R = 3: rows [0,5) [5,10) [10,15) touch lanes {0,1}, {1,2,3}, {3,4}.
     assert dense.folded_fragments(5, 3, 3) == 3
     assert dense.folded_latency(5, 3, 3) == 3 + 3 + 1
+
+
+def test_canonical_signed_digits_rebuild_the_value_without_adjacent_non_zeros():
+    for v in range(-700, 701):
+        d = dense.csd_digits(v)
+        assert sum(x << k for k, x in enumerate(d)) == v
+        assert all(not (a and b) for a, b in zip(d, d[1:])), (v, d)
+
+
+def test_shift_add_cost_counts_adders_after_the_first_digit():
+    # 127 = 128 - 1: one subtractor; 91 = 128 - 32 - 4 - 1: three; -1: a negation; 0 and 4: nothing.
+    assert [dense.constant_multiplier_adders(c) for c in (127, 91, -1, 0, 4)] == [1, 3, 1, 0, 0]

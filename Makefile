@@ -33,13 +33,13 @@ demo: setup
 # The slow step is a separate, still-required step; exit status 5 only means it selected no tests yet.
 test: setup
 	$(BIN)/python -m pytest -q -n 2 -m "not slow"
-	$(BIN)/python -m pytest -q -m slow || [ $$? -eq 5 ]
+	$(BIN)/python -m pytest -q -n 2 -m slow || [ $$? -eq 5 ]
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -n 2 -m "not slow"
 
 test-slow: setup
-	$(BIN)/python -m pytest -q -m slow || [ $$? -eq 5 ]
+	$(BIN)/python -m pytest -q -n 2 -m slow || [ $$? -eq 5 ]
 
 bench: setup
 	$(BIN)/bitforge bench emulate --json out/bench-emulate.json

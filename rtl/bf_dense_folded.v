@@ -1,32 +1,34 @@
-// bf_dense_folded: y = W x + b with reuse factor R: M = ceil(N_IN*N_OUT / R) multipliers, each serving R
-// products per sample; a new sample every R cycles (II = R).
+// bf_dense_folded: y = W x + b with reuse factor R: a few multipliers, each serving up to R products per
+// sample, weights in a ROM; a new sample every R cycles (II = R).
 //
 // Bit-exact with emulate.dense_stage, like bf_dense_parallel: exact products, exact sums, the bias aligned
 // to ACC_FRAC, the accumulator overflow (ACC_*) on the final sum, then bf_requant to the output type.
 //
-// Schedule. Number the products k = o*N_IN + i (row-major, WEIGHTS packs w_oi at [k*W_W +: W_W]) and pad
-// them with zero weights to M*R. Multiplier m computes products m*R .. m*R + R - 1, one per cycle c:
-//   * its weights come from a ROM word per cycle (all M lanes side by side: one memory of R words that
-//     synthesis may put in block RAM or LUTs; initialised from the parameter, no external file);
-//   * its inputs come from a rotating register: the sample is loaded into it and rotated by one element
-//     per cycle, so position p holds x[(p + c) mod N_IN] and multiplier m always reads the fixed position
-//     (m*R) mod N_IN. No input multiplexers at all.
-// A multiplier's R consecutive products cross row boundaries, so it accumulates one *fragment* per row it
-// touches: a ROM bit per (lane, cycle) marks the last product of a fragment, and the finished fragment is
-// shifted into the lane's fragment chain. After the last cycle every fragment of the sample sits at a
-// known chain position; output o's fragments (from multipliers floor(o*N_IN/R) .. floor(((o+1)*N_IN-1)/R),
-// at most ceil(N_IN/R) + 1 of them; MAXF at most over all outputs) are summed by bf_adder_tree and end in
-// bf_bias_requant and the output register, as in the parallel form.
+// Schedule: a tiling, chosen so that the tail (bias, requantize) is shared instead of built per output.
+// The L = S * G multipliers ("lanes") form G groups of S. Each cycle a group works on one output row: lane s
+// of it multiplies input s*T + t by that row's weight, a bf_adder_tree sums the S products, and after T
+// cycles (t = 0 .. T-1) the row is done. Q passes of T cycles cover the rows, G at a time: pass q gives
+// rows q*G .. q*G + G - 1, so C = Q * T <= R cycles do the work and the rest of the R are idle. tiling()
+// picks T to minimise L, then G. L = N_IN * N_OUT / R exactly when R divides N_OUT (T = 1, S = N_IN: one
+// tree per group, no accumulation) or when N_IN divides R and R / N_IN divides N_OUT (S = 1, T = N_IN: an
+// accumulator per row); otherwise padding (rows or inputs with zero weights) can cost a few more lanes
+// than ceil(N_IN * N_OUT / R).
 //
-// Timing. A sample is accepted into the rotator while the previous one issues its last cycle, so the
-// rotator doubles as the input buffer and the II is exactly R. The ROM is read a cycle ahead, so in issue
-// cycle c the multipliers see the rotator and ROM word c straight from registers. Registers, all loading on
-// `advance` (= !out_valid || out_ready, the stall-able pipeline of stages.py), that a sample passes:
-//   1 accept (rotator, ROM word 0) + R products (one per issue cycle, bf_mul's register) + 1 accumulate
-//   into the fragment chain + $clog2(MAXF) / LEVELS_PER_STAGE tree registers + 1 output register.
-// LATENCY = R + 3 + $clog2(MAXF) / LEVELS_PER_STAGE cycles, II = R, in_ready = advance && the rotator
-// is free (idle, or in its last issue cycle). The fragment chains are read by the tail one cycle after
-// they are final, and the next sample cannot overwrite them before that cycle, so no snapshot is needed.
+// Why this is lean: each sample is held once, in `rot` (for T > 1 it also rotates, each lane's chunk of T
+// inputs by one place per cycle, so a lane always reads a fixed place: no input multiplexer); the weights,
+// the biases of the rows each group finishes and three flags (first/last cycle of a row, last cycle of
+// the sample) are one ROM word per cycle: a synchronous-read memory initialised from the parameters, which
+// yosys maps to block RAM (ROM_STYLE = 1 asks for it; 0 lets synthesis choose); a group has one accumulator,
+// and the finished rows shift into the output register, which is therefore the only per-output storage.
+//
+// Timing. A sample is accepted into `rot` while the previous one issues its last cycle (c = R - 1), so II
+// is exactly R. The ROM is read a cycle ahead, so in issue cycle c the multipliers see `rot` and ROM word c
+// straight from registers. Registers, all loading on `advance` (= !out_valid || out_ready, the stall-able
+// pipeline of stages.py), that a row passes: the product register (bf_mul), the tree's TL = $clog2(S) /
+// LEVELS_PER_STAGE registers, the group accumulator (bias + the T tree sums), the output shift register.
+// LATENCY = C + 3 + TL cycles (the accept cycle, C issue cycles, the last of which loads the product
+// register, TL tree registers, the accumulator, the output register), II = R, in_ready = advance && `rot`
+// is free (idle, or in its last issue cycle).
 `default_nettype none
 module bf_dense_folded #(
     parameter integer N_IN = 4,
@@ -53,7 +55,8 @@ module bf_dense_folded #(
     parameter integer OUT_SIGNED = 1,
     parameter integer OUT_ROUNDING = 0,
     parameter integer OUT_OVERFLOW = 0,
-    parameter integer LEVELS_PER_STAGE = 2
+    parameter integer LEVELS_PER_STAGE = 2,
+    parameter integer ROM_STYLE = 1
 ) (
     input  wire                   clk,
     input  wire                   rst,
@@ -64,71 +67,82 @@ module bf_dense_folded #(
     input  wire                   out_ready,
     output wire [N_OUT*OUT_W-1:0] out_data
 );
-    localparam integer K = N_IN * N_OUT;
-    localparam integer M = (K + R - 1) / R;
-    localparam integer CW = R > 1 ? $clog2(R) : 1;
-    localparam integer LANE_W = W_W + 1;  // {fragment ends here, weight}
-    localparam integer P_W = IN_W + W_W;
-    localparam integer P_SIGNED = (IN_SIGNED != 0 || W_SIGNED != 0) ? 1 : 0;
-    localparam integer FRAG_W = P_W + $clog2(R < N_IN ? R : N_IN);  // at most min(R, N_IN) products
-    localparam integer J_MAX = ((R - 1) / N_IN + 2) < R ? ((R - 1) / N_IN + 2) : R;  // fragments per lane
-    localparam integer MAXF = max_frags(1);
-    localparam integer TREE_L = $clog2(MAXF);
-    localparam integer SUM_W = FRAG_W + TREE_L;
-    localparam integer TAIL = TREE_L / LEVELS_PER_STAGE + 1;  // tree registers + output register
+    // ---- the tiling (dense.folded_tiling computes the same) ---------------------------------------------
+    // The T of 1 .. min(R, N_IN) with the fewest lanes, then the fewest groups, then the smallest T.
+    function integer tiling(input integer unused);
+        integer t, g, l, best_l, best_g;
+        begin
+            best_l = 0;
+            best_g = 0;
+            tiling = 1;
+            for (t = 1; t <= N_IN && t <= R; t = t + 1) begin
+                g = (N_OUT + R / t - 1) / (R / t);
+                l = ((N_IN + t - 1) / t) * g;
+                if (best_l == 0 || l < best_l || (l == best_l && g < best_g)) begin
+                    best_l = l;
+                    best_g = g;
+                    tiling = t;
+                end
+            end
+        end
+    endfunction
+    localparam integer T0 = tiling(0);
+    localparam integer S = (N_IN + T0 - 1) / T0;          // lanes per group
+    localparam integer T = (N_IN + S - 1) / S;            // cycles per row
+    localparam integer G = (N_OUT + R / T0 - 1) / (R / T0);  // groups (rows per pass)
+    localparam integer Q = (N_OUT + G - 1) / G;           // passes
+    localparam integer C = Q * T;                         // cycles of work, <= R
+    localparam integer L = S * G;                         // lanes = multipliers
+    localparam integer TL = $clog2(S) / LEVELS_PER_STAGE;  // tree registers
     /* verilator lint_off UNUSEDPARAM */
-    localparam integer LATENCY = R + 3 + TREE_L / LEVELS_PER_STAGE;  // the emitter computes the same
+    localparam integer LATENCY = C + 3 + TL;  // the emitter computes the same
     /* verilator lint_on UNUSEDPARAM */
+
+    localparam integer CW = R > 1 ? $clog2(R) : 1;
     /* verilator lint_off WIDTHTRUNC */
     localparam [CW-1:0] LAST = R - 1;
     /* verilator lint_on WIDTHTRUNC */
+    localparam integer P_W = IN_W + W_W;
+    localparam integer P_SIGNED = (IN_SIGNED != 0 || W_SIGNED != 0) ? 1 : 0;
+    localparam integer SUM_W = P_W + $clog2(S);                       // a tree's exact sum
+    localparam integer TS_W = SUM_W + (P_SIGNED != 0 ? 0 : 1);        // its signed view
+    localparam integer SH = ACC_FRAC - B_FRAC;                        // bias alignment (>= 0)
+    localparam integer BA_W = B_W + SH + (B_SIGNED != 0 ? 0 : 1);     // aligned bias, signed
+    localparam integer RS_W = TS_W + $clog2(T);                       // sum of T tree sums
+    // The accumulator: exact bias + sum (the carry bit), or the sum and a spare bit; wider than both, so
+    // every sign extension below is non-empty.
+    localparam integer A_W = (HAS_BIAS != 0 && BA_W > RS_W ? BA_W : RS_W) + 1;
+    localparam integer F = L * W_W;                                   // flags' place in a ROM word
+    localparam integer ROM_W = F + 3 + (HAS_BIAS != 0 ? G * B_W : 0);
 
-    // ---- the schedule, as constant functions ----------------------------------------------------------
-    function integer first_row(input integer m);
-        first_row = (m * R) / N_IN;
-    endfunction
-    function integer nfrag(input integer m);
-        integer end_k;
+    // ROM word of cycle c: lane l = g*S + s at [l*W_W +: W_W], flags {last, done, first} at F, then the
+    // group biases at F + 3 + g*B_W. Words past the work (c >= C) are zero: no flags, no products.
+    function [ROM_W-1:0] rom_word(input integer c);
+        integer g, s, o, i;
         begin
-            end_k = (m * R + R < K) ? m * R + R : K;  // one past the lane's last real product
-            nfrag = (end_k - 1) / N_IN - first_row(m) + 1;
-        end
-    endfunction
-    function integer m_lo(input integer o);
-        m_lo = (o * N_IN) / R;
-    endfunction
-    function integer frags(input integer o);
-        frags = ((o + 1) * N_IN - 1) / R - m_lo(o) + 1;
-    endfunction
-    function integer max_frags(input integer at_least);
-        integer o;
-        begin
-            max_frags = at_least;
-            for (o = 0; o < N_OUT; o = o + 1)
-                if (frags(o) > max_frags) max_frags = frags(o);
-        end
-    endfunction
-    // ROM word of cycle c: lane m holds {last product of a fragment, weight of product m*R + c}.
-    function [M*LANE_W-1:0] rom_word(input integer c);
-        integer m, k;
-        reg ends;
-        begin
-            rom_word = {M*LANE_W{1'b0}};
-            for (m = 0; m < M; m = m + 1) begin
-                k = m * R + c;
-                ends = (c == R - 1) || (((k + 1) % N_IN == 0) && (k + 1 < K));
-                rom_word[m*LANE_W + W_W] = ends;
-                if (k < K) rom_word[m*LANE_W +: W_W] = WEIGHTS[k*W_W +: W_W];
+            rom_word = {ROM_W{1'b0}};
+            if (c < C) begin
+                for (g = 0; g < G; g = g + 1) begin
+                    o = (c / T) * G + g;
+                    for (s = 0; s < S; s = s + 1) begin
+                        i = s * T + c % T;
+                        if (o < N_OUT && i < N_IN)
+                            rom_word[(g*S + s)*W_W +: W_W] = WEIGHTS[(o*N_IN + i)*W_W +: W_W];
+                    end
+                    if (HAS_BIAS != 0 && o < N_OUT) rom_word[F + 3 + g*B_W +: B_W] = BIAS[o*B_W +: B_W];
+                end
+                rom_word[F] = (c % T) == 0;
+                rom_word[F + 1] = (c % T) == T - 1;
+                rom_word[F + 2] = c == C - 1;
             end
         end
     endfunction
 
     wire advance = !out_valid || out_ready;
 
-    // ---- issue: rotator, cycle counter, ROM ----------------------------------------------------------
+    // ---- issue: cycle counter, input register, ROM ------------------------------------------------------
     reg busy;
     reg [CW-1:0] c;
-    reg [N_IN*IN_W-1:0] rot;
     wire rot_free = !busy || (c == LAST);
     assign in_ready = advance && rot_free;
     wire accept = in_valid && in_ready;
@@ -148,155 +162,183 @@ module bf_dense_folded #(
         end
     end
 
+    // S chunks of T inputs; chunk s holds inputs s*T .. s*T + T - 1 (zero past N_IN) and rotates by one
+    // place per cycle when T > 1, so lane s reads input s*T + t at the chunk's place 0 in cycle t.
+    reg [S*T*IN_W-1:0] rot;
+    wire [S*T*IN_W-1:0] loaded;
     generate
-        if (N_IN > 1) begin : g_rotate
-            always @(posedge clk) begin
-                if (advance) begin
-                    if (accept) rot <= in_data;
-                    else if (busy) rot <= {rot[IN_W-1:0], rot[N_IN*IN_W-1:IN_W]};
+        if (S * T > N_IN) begin : g_pad
+            assign loaded = {{(S*T - N_IN)*IN_W{1'b0}}, in_data};
+        end else begin : g_full
+            assign loaded = in_data;
+        end
+    endgenerate
+    genvar g, s;
+    generate
+        if (T > 1) begin : g_rotate
+            for (s = 0; s < S; s = s + 1) begin : g_chunk
+                localparam integer B = s * T * IN_W;  // the chunk's place 0
+                always @(posedge clk) begin
+                    if (advance) begin
+                        if (accept) rot[B +: T*IN_W] <= loaded[B +: T*IN_W];
+                        else if (busy) rot[B +: T*IN_W] <= {rot[B +: IN_W], rot[B + IN_W +: (T-1)*IN_W]};
+                    end
                 end
             end
         end else begin : g_hold
             always @(posedge clk) begin
-                if (advance && accept) rot <= in_data;
+                if (advance && accept) rot <= loaded;
             end
         end
     endgenerate
 
-    reg [M*LANE_W-1:0] rom [0:R-1];
-    integer init_c;
-    initial begin
-        for (init_c = 0; init_c < R; init_c = init_c + 1) rom[init_c] = rom_word(init_c);
-    end
-
-    // The ROM word is read one cycle ahead (address: the next cycle's c), so in issue cycle c lane_q holds
-    // word c, aligned with the rotator: both feed the multipliers straight from registers.
-    reg [M*LANE_W-1:0] lane_q;
+    // Read a cycle ahead (the next cycle's c), so that in issue cycle c `word` is ROM word c.
     wire [CW-1:0] c_next = (!busy || c == LAST) ? {CW{1'b0}} : c + 1'b1;
-    always @(posedge clk) begin
-        if (advance) lane_q <= rom[c_next];
-    end
-    reg v1, last1;  // the product registers hold a product of the sample / its last one
+    wire [ROM_W-1:0] word;
+    generate
+        if (ROM_STYLE != 0) begin : g_block_rom
+            (* rom_style = "block" *) reg [ROM_W-1:0] rom [0:R-1];
+            integer init_c;
+            initial begin
+                for (init_c = 0; init_c < R; init_c = init_c + 1) rom[init_c] = rom_word(init_c);
+            end
+            reg [ROM_W-1:0] q;
+            always @(posedge clk) begin
+                if (advance) q <= rom[c_next];
+            end
+            assign word = q;
+        end else begin : g_rom
+            reg [ROM_W-1:0] rom [0:R-1];
+            integer init_c;
+            initial begin
+                for (init_c = 0; init_c < R; init_c = init_c + 1) rom[init_c] = rom_word(init_c);
+            end
+            reg [ROM_W-1:0] q;
+            always @(posedge clk) begin
+                if (advance) q <= rom[c_next];
+            end
+            assign word = q;
+        end
+    endgenerate
+
+    // ---- products, registered with the flags and biases of their cycle ------------------------------------
+    wire [L*P_W-1:0] prod;
+    generate
+        for (g = 0; g < G; g = g + 1) begin : g_mul_group
+            for (s = 0; s < S; s = s + 1) begin : g_mul
+                bf_mul #(
+                    .A_W(IN_W), .A_FRAC(IN_FRAC), .A_SIGNED(IN_SIGNED),
+                    .B_W(W_W), .B_FRAC(W_FRAC), .B_SIGNED(W_SIGNED), .OUT_REG(1)
+                ) u_mul (.clk(clk), .en(advance), .a(rot[s*T*IN_W +: IN_W]), .b(word[(g*S + s)*W_W +: W_W]),
+                         .p(prod[(g*S + s)*P_W +: P_W]));
+            end
+        end
+    endgenerate
+
+    // The flags {last, done, first} and the biases wait beside the products and the tree: stage 0 is the
+    // product register, stage k the tree's k-th register. done and last mean something only while busy.
+    reg [3*(TL+1)-1:0] flags;
+    wire [2:0] flags_in = {busy && word[F + 2], busy && word[F + 1], word[F]};
+    generate
+        if (TL > 0) begin : g_flags_wait
+            always @(posedge clk) begin
+                if (rst) flags <= {3*(TL+1){1'b0}};
+                else if (advance) flags <= {flags[3*TL-1:0], flags_in};
+            end
+        end else begin : g_flags
+            always @(posedge clk) begin
+                if (rst) flags <= 3'b000;
+                else if (advance) flags <= flags_in;
+            end
+        end
+    endgenerate
+    wire first = flags[3*TL];
+    wire done_t = flags[3*TL + 1];
+    wire last_t = flags[3*TL + 2];
+
+    // ---- per group: tree, accumulator (bias + T tree sums), requantize -----------------------------------
+    reg done_a, last_a;
     always @(posedge clk) begin
         if (rst) begin
-            v1 <= 1'b0;
-            last1 <= 1'b0;
+            done_a <= 1'b0;
+            last_a <= 1'b0;
         end else if (advance) begin
-            v1 <= busy;
-            last1 <= busy && (c == LAST);
+            done_a <= done_t;
+            last_a <= last_t;
         end
     end
 
-    // ---- multiply and accumulate, one lane per multiplier -----------------------------------------------
-    /* verilator lint_off UNUSEDSIGNAL */
-    wire [M*J_MAX*FRAG_W-1:0] frag_flat;  // lane m's chain at slots m*J_MAX ..; slots past nfrag(m) unused
-    /* verilator lint_on UNUSEDSIGNAL */
-    genvar m, o, t;
+    wire [G*OUT_W-1:0] rows;  // the rows the groups finished, group g at [g*OUT_W +: OUT_W]
     generate
-        for (m = 0; m < M; m = m + 1) begin : g_lane
-            localparam integer TAP = (m * R) % N_IN;
-            localparam integer NF = nfrag(m);
-
-            wire [P_W-1:0] p;
-            bf_mul #(
-                .A_W(IN_W), .A_FRAC(IN_FRAC), .A_SIGNED(IN_SIGNED),
-                .B_W(W_W), .B_FRAC(W_FRAC), .B_SIGNED(W_SIGNED), .OUT_REG(1)
-            ) u_mul (.clk(clk), .en(advance), .a(rot[TAP*IN_W +: IN_W]), .b(lane_q[m*LANE_W +: W_W]), .p(p));
-
-            reg ends_q;  // the product in p ends its fragment
-            always @(posedge clk) begin
-                if (advance) ends_q <= lane_q[m*LANE_W + W_W];
-            end
-
-            wire [FRAG_W-1:0] p_x;
-            if (FRAG_W > P_W) begin : g_widen
-                wire sp = P_SIGNED != 0 ? p[P_W-1] : 1'b0;
-                assign p_x = {{(FRAG_W - P_W){sp}}, p};
-            end else begin : g_same
-                assign p_x = p;
-            end
-
-            reg restart;              // the next product starts a fragment
-            reg [FRAG_W-1:0] acc;
-            reg [NF*FRAG_W-1:0] chain;  // finished fragments, newest at slot 0
-            wire [FRAG_W-1:0] s = (restart ? {FRAG_W{1'b0}} : acc) + p_x;
-            always @(posedge clk) begin
-                if (rst) restart <= 1'b1;
-                else if (advance && v1) restart <= ends_q;
-            end
-            always @(posedge clk) begin
-                if (advance && v1) acc <= s;
-            end
-            if (NF > 1) begin : g_chain
-                always @(posedge clk) begin
-                    if (advance && v1 && ends_q) chain <= {chain[(NF-1)*FRAG_W-1:0], s};
-                end
-            end else begin : g_single
-                always @(posedge clk) begin
-                    if (advance && v1 && ends_q) chain <= s;
-                end
-            end
-            assign frag_flat[m*J_MAX*FRAG_W +: NF*FRAG_W] = chain;
-            if (NF < J_MAX) begin : g_pad
-                assign frag_flat[(m*J_MAX + NF)*FRAG_W +: (J_MAX - NF)*FRAG_W] = {(J_MAX - NF)*FRAG_W{1'b0}};
-            end
-        end
-    endgenerate
-
-    // ---- tail: sum each output's fragments, bias, requantize, register --------------------------------
-    reg fv;                  // the fragment chains hold a finished sample
-    reg [TAIL-1:0] tail_v;   // valid bits of the tree registers and of the output register
-    always @(posedge clk) begin
-        if (rst) fv <= 1'b0;
-        else if (advance) fv <= v1 && last1;
-    end
-    generate
-        if (TAIL > 1) begin : g_tail_chain
-            always @(posedge clk) begin
-                if (rst) tail_v <= {TAIL{1'b0}};
-                else if (advance) tail_v <= {tail_v[TAIL-2:0], fv};
-            end
-        end else begin : g_tail_one
-            always @(posedge clk) begin
-                if (rst) tail_v <= 1'b0;
-                else if (advance) tail_v <= fv;
-            end
-        end
-    endgenerate
-    assign out_valid = tail_v[TAIL-1];
-
-    generate
-        for (o = 0; o < N_OUT; o = o + 1) begin : g_out
-            wire [MAXF*FRAG_W-1:0] fr;
-            for (t = 0; t < MAXF; t = t + 1) begin : g_frag
-                if (t < frags(o)) begin : g_take
-                    localparam integer LANE = m_lo(o) + t;
-                    localparam integer SLOT = nfrag(LANE) - 1 - (o - first_row(LANE));
-                    assign fr[t*FRAG_W +: FRAG_W] = frag_flat[(LANE*J_MAX + SLOT)*FRAG_W +: FRAG_W];
-                end else begin : g_none
-                    assign fr[t*FRAG_W +: FRAG_W] = {FRAG_W{1'b0}};
-                end
-            end
-
+        for (g = 0; g < G; g = g + 1) begin : g_group
             wire [SUM_W-1:0] sum;
-            bf_adder_tree #(.N(MAXF), .IN_W(FRAG_W), .IN_SIGNED(P_SIGNED), .LEVELS_PER_STAGE(LEVELS_PER_STAGE))
-                u_tree (.clk(clk), .en(advance), .in_data(fr), .out_data(sum));
+            bf_adder_tree #(.N(S), .IN_W(P_W), .IN_SIGNED(P_SIGNED), .LEVELS_PER_STAGE(LEVELS_PER_STAGE))
+                u_tree (.clk(clk), .en(advance), .in_data(prod[g*S*P_W +: S*P_W]), .out_data(sum));
 
-            wire [OUT_W-1:0] y;
+            wire [A_W-1:0] sum_x;
+            if (P_SIGNED != 0) begin : g_sum_signed
+                assign sum_x = {{(A_W - SUM_W){sum[SUM_W-1]}}, sum};
+            end else begin : g_sum_unsigned
+                assign sum_x = {{(A_W - SUM_W){1'b0}}, sum};
+            end
+            wire [A_W-1:0] seed;  // what a row starts from: its aligned bias, or zero
+            if (HAS_BIAS != 0) begin : g_bias
+                // The ROM's bias field waits beside the products and the tree (stage 0 .. TL, like flags).
+                reg [(TL+1)*B_W-1:0] b_wait;
+                if (TL > 0) begin : g_wait
+                    always @(posedge clk) begin
+                        if (advance) b_wait <= {b_wait[TL*B_W-1:0], word[F + 3 + g*B_W +: B_W]};
+                    end
+                end else begin : g_now
+                    always @(posedge clk) begin
+                        if (advance) b_wait <= word[F + 3 + g*B_W +: B_W];
+                    end
+                end
+                wire [B_W-1:0] b = b_wait[TL*B_W +: B_W];
+                wire [B_W:0] bs = {B_SIGNED != 0 ? b[B_W-1] : 1'b0, b};
+                /* verilator lint_off UNUSEDSIGNAL */
+                wire [B_W+SH+1:0] ba = {{(SH + 1){1'b0}}, bs} << SH;  // bits past BA_W are not read
+                /* verilator lint_on UNUSEDSIGNAL */
+                assign seed = {{(A_W - BA_W){ba[BA_W-1]}}, ba[BA_W-1:0]};
+            end else begin : g_no_bias
+                assign seed = {A_W{1'b0}};
+            end
+
+            reg [A_W-1:0] acc;
+            always @(posedge clk) begin
+                if (advance) acc <= (first ? seed : acc) + sum_x;
+            end
+
             bf_bias_requant #(
-                .SUM_W(SUM_W), .SUM_SIGNED(P_SIGNED),
-                .HAS_BIAS(HAS_BIAS), .B_W(B_W), .B_FRAC(B_FRAC), .B_SIGNED(B_SIGNED), .BIAS(BIAS[o*B_W +: B_W]),
+                .SUM_W(A_W), .SUM_SIGNED(1), .HAS_BIAS(0),
                 .ACC_W(ACC_W), .ACC_FRAC(ACC_FRAC), .ACC_SIGNED(ACC_SIGNED), .ACC_OVERFLOW(ACC_OVERFLOW),
                 .OUT_W(OUT_W), .OUT_FRAC(OUT_FRAC), .OUT_SIGNED(OUT_SIGNED),
                 .OUT_ROUNDING(OUT_ROUNDING), .OUT_OVERFLOW(OUT_OVERFLOW)
-            ) u_out (.sum(sum), .out_code(y));
-
-            reg [OUT_W-1:0] y_q;
-            always @(posedge clk) begin
-                if (advance) y_q <= y;
-            end
-            assign out_data[o*OUT_W +: OUT_W] = y_q;
+            ) u_out (.sum(acc), .out_code(rows[g*OUT_W +: OUT_W]));
         end
     endgenerate
+
+    // ---- output: finished rows shift in from the top, pass 0 ends at the bottom --------------------------
+    /* verilator lint_off UNUSEDSIGNAL */
+    reg [Q*G*OUT_W-1:0] y;  // rows past N_OUT (the last pass's padding) are not read
+    /* verilator lint_on UNUSEDSIGNAL */
+    reg y_valid;
+    generate
+        if (Q > 1) begin : g_shift
+            always @(posedge clk) begin
+                if (advance && done_a) y <= {rows, y[Q*G*OUT_W-1:G*OUT_W]};
+            end
+        end else begin : g_load
+            always @(posedge clk) begin
+                if (advance && done_a) y <= rows;
+            end
+        end
+    endgenerate
+    always @(posedge clk) begin
+        if (rst) y_valid <= 1'b0;
+        else if (advance) y_valid <= last_a;
+    end
+    assign out_valid = y_valid;
+    assign out_data = y[N_OUT*OUT_W-1:0];
 endmodule
 `default_nettype wire

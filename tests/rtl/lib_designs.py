@@ -358,6 +358,10 @@ def dense_layers(rng: np.random.Generator) -> dict:
         "relu_emitted": (ir.ReLU("act", ("x",), ("y",)), f("fixed<8,3>"), f("ufixed<7,3,RND,SAT>"), 1, {}),
         "requantize_emitted": (ir.Requantize("rq", ("x",), ("y",)), f("fixed<10,4>"),
                                f("fixed<6,2,RND_CONV,SAT_SYM>"), 1, {}),
+        # Folded by 19 into 2 groups of 2 lanes, 3 cycles a row, 6 passes (18 cycles of work, 1 idle): a
+        # padded input, a padded row, and the block-RAM ROM (R >= dense.BLOCK_ROM_MIN_DEPTH).
+        "fold_r19_padded": (dense_node("fc_r19", 5, 11, w6, b8, f("fixed<16,7,TRN,SAT>"), rng), x8,
+                            f("fixed<8,4,RND_CONV,SAT>"), 19, {}),
     }
 
 

@@ -13,9 +13,11 @@ from bitforge.toolchain.backends.rtl import dense
 from bitforge.toolchain.backends.rtl.generate import RtlError
 from bitforge.toolchain.backends.rtl.stages import MULTIPLIES
 from bitforge.toolchain.fixed import parse_type
+from bitforge.toolchain.flows.yosys import read_cell_census
 
-from lib_designs import SEED, dense_layers, dense_node, emit, library_design, library_results
-from rtl_bench import SIMULATORS, assert_ok
+from lib_designs import SEED, dense_layers, dense_node, emit, features, library_design, library_results
+from rtl_bench import SIMULATORS, assert_ok, top_text
+from test_lib_yosys import WORK, _failure, _yosys
 
 
 @pytest.fixture(scope="module")
@@ -96,9 +98,34 @@ def test_weights_outside_their_type_are_refused():
 def test_latency_formulas():
     # Parallel: product + output registers + one tree register per 2 levels.
     assert [dense.parallel_latency(t) for t in (1, 2, 4, 5, 16)] == [2, 2, 3, 3, 4]
-    # Folded, 5 inputs, 3 outputs, R = 3: rows [0,5) [5,10) [10,15) touch lanes {0,1}, {1,2,3}, {3,4}.
-    assert dense.folded_fragments(5, 3, 3) == 3
+    # Folded, 5 inputs, 3 outputs, R = 3: one group of 5 lanes finishes a row per cycle (C = 3 cycles of
+    # work), a 5-leaf tree (3 levels, 1 register), then the accumulator and the output register.
+    assert dense.folded_tiling(5, 3, 3) == dense.FoldedTiling(s=5, g=1, t=1, q=3)
     assert dense.folded_latency(5, 3, 3) == 3 + 3 + 1
+    # 6 inputs, 4 outputs, R = 7: 2 groups of 2 lanes, 3 cycles a row, 2 passes: 6 of the 7 cycles work.
+    assert dense.folded_tiling(6, 4, 7) == dense.FoldedTiling(s=2, g=2, t=3, q=2)
+    assert dense.folded_latency(6, 4, 7) == 6 + 3 + 0
+
+
+def test_folded_tiling_of_the_jet_layers_uses_products_over_reuse_multipliers():
+    # R divides the outputs: trees over whole rows, no accumulation (T = 1), one requantizer per group.
+    assert dense.folded_tiling(16, 64, 32) == dense.FoldedTiling(s=16, g=2, t=1, q=32)
+    assert dense.folded_tiling(64, 32, 32) == dense.FoldedTiling(s=64, g=1, t=1, q=32)
+    # R is a multiple of the outputs: one lane, one accumulator per output.
+    assert dense.folded_tiling(32, 5, 32) == dense.FoldedTiling(s=1, g=5, t=32, q=1)
+    assert [dense.folded_multipliers(*shape, 32) for shape in ((16, 64), (64, 32), (32, 32), (32, 5))] == \
+        [32, 64, 32, 5]
+
+
+def test_folded_tiling_fits_the_reuse_factor_and_covers_the_matrix():
+    for n_in in range(1, 13):
+        for n_out in range(1, 13):
+            for reuse in range(1, n_in * n_out + 1):
+                t = dense.folded_tiling(n_in, n_out, reuse)
+                assert t.cycles <= reuse and t.s * t.t >= n_in and t.g * t.q >= n_out, (n_in, n_out, reuse, t)
+                assert t.lanes >= -(-(n_in * n_out) // reuse)
+                # No idle multiplier: the last lane of a group and the last group of a pass have real work.
+                assert (t.s - 1) * t.t < n_in and (t.q - 1) * t.g < n_out, (n_in, n_out, reuse, t)
 
 
 def test_canonical_signed_digits_rebuild_the_value_without_adjacent_non_zeros():
@@ -111,3 +138,49 @@ def test_canonical_signed_digits_rebuild_the_value_without_adjacent_non_zeros():
 def test_shift_add_cost_counts_adders_after_the_first_digit():
     # 127 = 128 - 1: one subtractor; 91 = 128 - 32 - 4 - 1: three; -1: a negation; 0 and 4: nothing.
     assert [dense.constant_multiplier_adders(c) for c in (127, 91, -1, 0, 4)] == [1, 3, 1, 0, 0]
+
+
+# -- synthesis: the weight ROM is block RAM, one DSP block per multiplier -------------------------------------
+
+ROM_LAYER = "fold_r19_padded"
+SYNTH = {"ecp5": "synth_ecp5", "ice40": "synth_ice40 -dsp"}
+
+
+@pytest.fixture(scope="module")
+def rom_layer_cells():
+    """Cell counts of the block-ROM layer synthesised for ECP5 and iCE40, and its stage."""
+    node, xt, yt, reuse, options = dense_layers(np.random.default_rng(SEED))[ROM_LAYER]
+    st = emit(node, xt, yt, reuse, options, "d_")
+    n_in, n_out = features(node)
+    ports = ["input wire d_in_valid", "output wire d_in_ready", f"input wire [{n_in * xt.width - 1}:0] d_in_data",
+             "output wire d_out_valid", "input wire d_out_ready", f"output wire [{n_out * yt.width - 1}:0] d_out_data"]
+    WORK.mkdir(parents=True, exist_ok=True)
+    (WORK / f"{ROM_LAYER}.v").write_text(top_text(ROM_LAYER, ports, [st.instance]))
+    files = " ".join([*st.library, f"{ROM_LAYER}.v"])
+    script = "".join(f"design -reset\nread_verilog -defer {files}\n{synth} -top {ROM_LAYER}\n"
+                     f"tee -q -o {ROM_LAYER}.{arch}.json stat -json\n" for arch, synth in SYNTH.items())
+    r = _yosys(script, f"{ROM_LAYER}_rom")
+    assert r.returncode == 0, _failure(r, f"{ROM_LAYER}_rom")
+    return {arch: read_cell_census(WORK / f"{ROM_LAYER}.{arch}.json") for arch in SYNTH}, st
+
+
+def test_block_rom_layer_asks_for_block_ram_and_small_ones_do_not(stages):
+    assert ".ROM_STYLE(1)" in stages[ROM_LAYER].instance and stages["fold_r19_padded"].reuse >= \
+        dense.BLOCK_ROM_MIN_DEPTH
+    assert ".ROM_STYLE(0)" in stages["fold_r3"].instance
+
+
+def test_folded_weights_are_block_ram_not_luts(rom_layer_cells):
+    cells, st = rom_layer_cells
+    tiling = dense.folded_tiling(5, 11, 19)
+    word_bits = st.resources["rom_bits"] // 19
+    assert word_bits == tiling.lanes * 6 + 3 + tiling.g * 8  # weights, flags, the groups' biases
+    # ECP5: 36-bit words in PDPW16KD mode (DP16KD cells); iCE40: 16-bit words in SB_RAM40_4K.
+    assert cells["ecp5"].get("DP16KD", 0) == -(-word_bits // 36)
+    assert cells["ice40"].get("SB_RAM40_4K", 0) == -(-word_bits // 16)
+
+
+def test_folded_multipliers_are_one_dsp_block_each(rom_layer_cells):
+    cells, st = rom_layer_cells
+    assert cells["ecp5"].get("MULT18X18D", 0) == st.resources["multipliers"] == 4
+    assert cells["ice40"].get("SB_MAC16", 0) == 4

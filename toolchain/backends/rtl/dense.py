@@ -1,7 +1,7 @@
 """RTL forms of ``Dense``, ``LowRankDense``, ``ReLU`` and ``Requantize``: instances of the ``rtl/`` library.
 
 A dense layer is ``bf_dense_parallel`` (reuse 1: constant multipliers, zero weights dropped, II 1) or
-``bf_dense_folded`` (reuse R > 1: ceil(products / R) multipliers fed from a weight ROM, II R). Both compute
+``bf_dense_folded`` (reuse R > 1: about products / R multipliers fed from a weight ROM, II R). Both compute
 exactly ``emulate.dense_stage``. ``LowRankDense`` is two dense stages, V then U, joined by a stream of the
 node's ``mid_type``. ReLU and Requantize are one registered requantizer per element.
 
@@ -64,18 +64,53 @@ def parallel_latency(terms: int, levels_per_stage: int = LEVELS_PER_STAGE) -> in
     return 2 + clog2(terms) // levels_per_stage
 
 
-def folded_fragments(n_in: int, n_out: int, reuse: int) -> int:
-    """bf_dense_folded's MAXF: the most multipliers whose product runs touch one output row."""
-    return max((((o + 1) * n_in - 1) // reuse) - (o * n_in) // reuse + 1 for o in range(n_out))
+@dataclass(frozen=True)
+class FoldedTiling:
+    """bf_dense_folded's schedule: G groups of S multipliers; a group finishes one output row every T
+    cycles, so Q passes of T cycles (C = Q * T <= R) cover the rows, G at a time."""
+
+    s: int
+    g: int
+    t: int
+    q: int
+
+    @property
+    def lanes(self) -> int:
+        return self.s * self.g
+
+    @property
+    def cycles(self) -> int:
+        return self.q * self.t
+
+
+def folded_tiling(n_in: int, n_out: int, reuse: int) -> FoldedTiling:
+    """The module's tiling(): the T in 1 .. min(R, n_in) with the fewest multipliers, then the fewest groups
+    (each group has its own accumulator and requantizer), then the smallest T."""
+    best: Optional[tuple[int, int]] = None  # (multipliers, groups): the first T that reaches it wins
+    for t in range(1, min(reuse, n_in) + 1):
+        g = -(-n_out // (reuse // t))
+        if best is None or (-(-n_in // t) * g, g) < best:
+            best, t0 = (-(-n_in // t) * g, g), t
+    g = best[1]
+    s = -(-n_in // t0)
+    return FoldedTiling(s=s, g=g, t=-(-n_in // s), q=-(-n_out // g))
 
 
 def folded_latency(n_in: int, n_out: int, reuse: int, levels_per_stage: int = LEVELS_PER_STAGE) -> int:
-    """bf_dense_folded: R issue cycles, ROM/tap, product and accumulate registers, tree, output register."""
-    return reuse + 3 + clog2(folded_fragments(n_in, n_out, reuse)) // levels_per_stage
+    """bf_dense_folded: accept, C issue cycles, product register, tree registers, accumulator, output."""
+    tiling = folded_tiling(n_in, n_out, reuse)
+    return tiling.cycles + 3 + clog2(tiling.s) // levels_per_stage
 
 
 def folded_multipliers(n_in: int, n_out: int, reuse: int) -> int:
-    return -(-(n_in * n_out) // reuse)
+    """Multipliers of the folded form: ceil(products / R) when R divides the outputs or is a multiple of
+    them, a few more when it divides neither (the tiling pads rows or inputs with zero weights)."""
+    return folded_tiling(n_in, n_out, reuse).lanes
+
+
+#: Smallest reuse factor whose weight ROM asks synthesis for block RAM: shallower ROMs cost about one LUT
+#: per bit as logic, less than a block RAM (an ECP5 EBR holds 512 words of 36 bits, an iCE40 one 256 x 16).
+BLOCK_ROM_MIN_DEPTH = 16
 
 
 def csd_digits(v: int) -> list[int]:
@@ -181,7 +216,14 @@ def parallel_parameters(s: DenseSpec, levels_per_stage: int) -> tuple[Parameters
 def folded_parameters(s: DenseSpec, reuse: int, levels_per_stage: int) -> Parameters:
     head, tail = _common_parameters(s, levels_per_stage)
     head += [("R", reuse), ("WEIGHTS", packed_parameter(np.asarray(s.weight).ravel(), s.w_type.width))]
-    return head + tail
+    return head + tail + [("ROM_STYLE", int(reuse >= BLOCK_ROM_MIN_DEPTH))]
+
+
+def folded_rom_bits(s: DenseSpec, reuse: int) -> int:
+    """Bits of bf_dense_folded's ROM: R words of the lanes' weights, three flags and the groups' biases."""
+    tiling = folded_tiling(s.n_in, s.n_out, reuse)
+    bias = tiling.g * s.b_type.width if s.bias is not None else 0
+    return reuse * (tiling.lanes * s.w_type.width + 3 + bias)
 
 
 # -- stages ---------------------------------------------------------------------------------------------------------
@@ -221,12 +263,14 @@ def dense_instance(s: DenseSpec, instance: str, ports: Ports, reuse: int,
                           {"multipliers": nonzero, "zero_weights_skipped": products - nonzero,
                            "shift_add_adders": shift_add, "tree_adders": s.n_out * (terms - 1)})
     latency = folded_latency(s.n_in, s.n_out, reuse, levels_per_stage)
-    mults = folded_multipliers(s.n_in, s.n_out, reuse)
+    tiling = folded_tiling(s.n_in, s.n_out, reuse)
+    params = folded_parameters(s, reuse, levels_per_stage)
+    rom_bits = folded_rom_bits(s, reuse)
     text = _env().get_template("dense_folded.v.j2").render(
-        **ctx, params=folded_parameters(s, reuse, levels_per_stage), latency=latency, reuse=reuse,
-        multipliers=mults)
+        **ctx, params=params, latency=latency, reuse=reuse, multipliers=tiling.lanes, tiling=tiling,
+        rom_bits=rom_bits, block_rom=dict(params)["ROM_STYLE"] == 1)
     return DenseStage(text, latency, reuse, reuse, FOLDED_LIBRARY,
-                      {"multipliers": mults, "rom_bits": reuse * mults * (s.w_type.width + 1)})
+                      {"multipliers": tiling.lanes, "rom_bits": rom_bits})
 
 
 def _levels(req: StageRequest) -> int:
@@ -303,5 +347,6 @@ def emit_requantize(req: StageRequest) -> Stage:
 
 
 __all__ = ["DenseSpec", "DenseStage", "dense_instance", "emit_dense", "emit_low_rank_dense", "emit_relu",
-           "emit_requantize", "parallel_latency", "folded_latency", "folded_fragments", "folded_multipliers",
-           "sparse_rows", "clog2", "csd_digits", "constant_multiplier_adders"]
+           "emit_requantize", "parallel_latency", "folded_latency", "FoldedTiling", "folded_tiling",
+           "folded_multipliers", "folded_rom_bits", "BLOCK_ROM_MIN_DEPTH", "sparse_rows", "clog2", "csd_digits",
+           "constant_multiplier_adders"]

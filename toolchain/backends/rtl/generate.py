@@ -146,15 +146,19 @@ def generate(g: Graph, options: RtlOptions = RtlOptions(), reuse: Optional[Mappi
         instances.append(st.instance)
         library.update(st.library)
         generated.update(st.generated)
-        nets.append({"i": i, "in_w": req.in_count * x.dtype.width, "out_w": req.out_count * y.dtype.width})
+        # A skid buffer cuts the ready path between stages; a folded stage (II > 1) already holds its result in
+        # an output register for R cycles, so a skid after it would only add registers and a cycle.
+        skid = options.skid and st.ii == 1
+        nets.append({"i": i, "in_w": req.in_count * x.dtype.width, "out_w": req.out_count * y.dtype.width,
+                     "skid": skid})
         layers.append(LayerReport(n.name, n.OP, st.reuse, st.latency, st.ii, st.resources))
-        latency += st.latency + (SKID_LATENCY if options.skid else 0)
+        latency += st.latency + (SKID_LATENCY if skid else 0)
         ii = max(ii, st.ii)
     first, last = g.tensors[chain[0].inputs[0]], g.tensors[chain[-1].output]
     in_w, out_w = nets[0]["in_w"], nets[-1]["out_w"]
     # The tlast FIFO must hold one bit per sample in flight: every pipeline register and skid entry.
     in_flight = latency + 2 * len(chain) + 2
-    ctx = dict(name=name, stages=nets, instances=instances, n=len(chain), in_w=in_w, out_w=out_w, skid=options.skid,
+    ctx = dict(name=name, stages=nets, instances=instances, n=len(chain), in_w=in_w, out_w=out_w,
                fifo_depth_log2=max(2, math.ceil(math.log2(in_flight))), bus_w=options.bus_width,
                in_tensor=first.name, out_tensor=last.name, in_type=first.dtype.to_short(),
                out_type=last.dtype.to_short(), latency=latency, ii=ii, graph=g.name)

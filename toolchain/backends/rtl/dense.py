@@ -285,7 +285,8 @@ def _merge(*resources: dict) -> dict:
     return out
 
 
-@emitter("Dense", multiplies=lambda n: int(n.weight.size))
+@emitter("Dense", multiplies=lambda n: int(n.weight.size),
+         folded_multipliers=lambda n, r: folded_multipliers(n.in_features, n.out_features, r) if r > 1 else n.weight.size)
 def emit_dense(req: StageRequest) -> Stage:
     n: Dense = req.node
     spec = DenseSpec(n.describe(), n.weight, n.bias, req.in_type, _need(n, n.weight_type, "weight_type"),
@@ -295,7 +296,10 @@ def emit_dense(req: StageRequest) -> Stage:
     return Stage(d.text, d.latency, d.ii, d.library, resources=d.resources, reuse=d.reuse)
 
 
-@emitter("LowRankDense", multiplies=lambda n: int(n.u.size + n.v.size))
+@emitter("LowRankDense", multiplies=lambda n: int(n.u.size + n.v.size),
+         folded_multipliers=lambda n, r: (folded_multipliers(n.in_features, n.rank, r)
+                                          + folded_multipliers(n.rank, n.out_features, r)) if r > 1
+         else int(n.u.size + n.v.size))
 def emit_low_rank_dense(req: StageRequest) -> Stage:
     """V x into ``mid_type``, then U h + b: two dense stages joined by an internal stream."""
     n: LowRankDense = req.node

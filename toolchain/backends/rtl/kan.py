@@ -139,7 +139,7 @@ def _index_note(n: KANLayer) -> str:
         "bit slice of x - lo (no multiplier)"
 
 
-@emitter("KANLayer", multiplies=kan_multipliers, foldable=False)
+@emitter("KANLayer", multiplies=kan_multipliers)
 def emit_kan(req: StageRequest) -> Stage:
     """One generated wrapper module per KAN node, instantiated on the request's ports."""
     n = req.node

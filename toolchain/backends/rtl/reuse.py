@@ -1,6 +1,7 @@
 """``--reuse auto``: the smallest reuse factor per layer that fits a target's multiplier budget.
 
-A folded layer with reuse R needs ceil(P / R) multipliers for its P products and accepts a sample every R
+A folded layer with reuse R needs about ceil(P / R) multipliers for its P products (the emitter's own
+count, registered with ``stages.emitter(folded_multipliers=...)``, is exact) and accepts a sample every R
 cycles, so the design's II is the largest R. We look for the smallest II whose multipliers fit the DSP
 blocks (most of them: the rest of the design needs a few). LUT-built multipliers are counted only on parts
 with no DSP blocks at all: yosys's synth_ecp5/synth_ice40 map every variable multiply of a folded layer to a
@@ -54,17 +55,14 @@ def choose_reuse(g: Graph, nodes: list, budget: Budget, operand_bits: tuple[int,
     lut_mults = 0 if budget.dsp else math.floor(budget.lut * LUT_SHARE) // lut_multiplier_cost(*operand_bits)
     capacity = max(1, dsp_mults + lut_mults - fixed)  # layers that cannot fold take theirs first
 
-    def needed(ii: int) -> int:
-        return sum(math.ceil(p / min(ii, p)) for p in products.values())
+    by_name = {n.name: n for n in nodes}
 
-    lo, hi = 1, max(products.values())
-    while lo < hi:  # smallest ii with needed(ii) <= capacity; needed() is non-increasing in ii
-        mid = (lo + hi) // 2
-        if needed(mid) <= capacity:
-            hi = mid
-        else:
-            lo = mid + 1
-    ii = lo
+    def needed(ii: int) -> int:
+        # The folded form's own count: ceil(P / R) on friendly shapes, up to 1.5x on awkward ones (padding).
+        return sum(FOLDABLE[by_name[name].OP](by_name[name], min(ii, p)) for name, p in products.items())
+
+    # The count is not monotonic in R on awkward shapes, so scan upwards: the first II that fits wins.
+    ii = next((r for r in range(1, max(products.values()) + 1) if needed(r) <= capacity), max(products.values()))
     reuse = {name: min(ii, p) for name, p in products.items()}
     used = needed(ii)
     text = (f"{sum(products.values())} products per sample; budget {capacity} multipliers "

@@ -70,8 +70,8 @@ Emitter = Callable[[StageRequest], Stage]
 #: Emitters for the node kinds that can be folded: given a node, the multiplies per sample (for reuse choice).
 EMITTERS: dict[str, Emitter] = {}
 MULTIPLIES: dict[str, Callable[[Node], int]] = {}
-#: Ops whose stage honours a reuse factor > 1 (the others always build every multiplier).
-FOLDABLE: set[str] = set()
+#: Ops whose stage honours a reuse factor > 1, with the multipliers their folded form builds at reuse R.
+FOLDABLE: dict[str, Callable[[Node, int], int]] = {}
 
 
 def load_emitters() -> None:
@@ -80,15 +80,16 @@ def load_emitters() -> None:
 
 
 def emitter(op: str, multiplies: Optional[Callable[[Node], int]] = None,
-            foldable: bool = True) -> Callable[[Emitter], Emitter]:
-    """Register the RTL emitter of IR op ``op``, its multiplies per sample, and whether it can be folded."""
+            folded_multipliers: Optional[Callable[[Node, int], int]] = None) -> Callable[[Emitter], Emitter]:
+    """Register the RTL emitter of IR op ``op``, its multiplies per sample and, for ops that fold, the
+    multipliers their folded form builds at a reuse factor (what ``--reuse auto`` budgets)."""
 
     def register(fn: Emitter) -> Emitter:
         EMITTERS[op] = fn
         if multiplies is not None:
             MULTIPLIES[op] = multiplies
-            if foldable:
-                FOLDABLE.add(op)
+        if folded_multipliers is not None:
+            FOLDABLE[op] = folded_multipliers
         return fn
 
     return register

@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 import re
 
-import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from bitforge.toolchain import ir
 from bitforge.toolchain.backends.rtl.generate import RtlError, RtlOptions, generate
 from bitforge.toolchain.cli import main
 from bitforge.toolchain.compiler import CompileOptions, compile_model

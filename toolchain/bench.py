@@ -38,20 +38,16 @@ def _median_seconds(fn: Callable[[], object], repeats: int) -> float:
 
 def bench_emulate(model: str = "jet-mlp", batch: int = 10_000, repeats: int = 7, seed: int = 0) -> list[BenchRow]:
     """Golden model vs ONNX Runtime on the same exported model and the same batch of vectors."""
-    import onnxruntime as ort
-
-    from .backends.onnx_backend import to_onnx
+    from .backends.onnx_backend import make_session, to_onnx
     from .compiler import load_model, prepare
     from .verify.vectors import make_vectors
 
     g, _ = prepare(load_model(model, seed), None)
     proto = to_onnx(g)
     vectors = make_vectors(g, batch, seed)
-    opts = ort.SessionOptions()
-    sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    feeds = {k: v for k, v in vectors.items()}
+    sess = make_session(proto)  # the settings the compile-time verification uses
     t_golden = _median_seconds(lambda: emulate.run(g, vectors), repeats)
-    t_ort = _median_seconds(lambda: sess.run(None, feeds), repeats)
+    t_ort = _median_seconds(lambda: sess.run(None, vectors), repeats)
     rows = []
     for name, t in (("golden (bitforge.emulate)", t_golden), ("onnxruntime", t_ort)):
         rows.append(BenchRow(name, model, batch, repeats, t, batch / t, t_ort / t))

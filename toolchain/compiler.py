@@ -218,8 +218,8 @@ def write_rtl(g: Graph, folder: Path, options: CompileOptions) -> dict:
                                               getattr(n, "coeff_type", None)) if t is not None)
         choice = choose_reuse(g, chain, get_target(options.target).multiplier_budget(), bits)
         reuse_map, explanation = choice.reuse, choice.explanation
-    design = generate(g, RtlOptions(reuse=1 if options.reuse == "auto" else options.reuse, target=options.target),
-                      reuse=reuse_map)
+    design = generate(g, RtlOptions(reuse=reuse_map if reuse_map is not None else options.reuse,
+                                    target=options.target))
     rtl = folder / "rtl"
     rtl.mkdir()
     for name, text in sorted(design.files.items()):

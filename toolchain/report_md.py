@@ -11,17 +11,22 @@ class _Obj(dict):
     """Attribute access for the template (``r.graph.name``) over plain JSON dicts."""
 
     def __getattr__(self, key):
-        v = self.get(key)
-        return _Obj(v) if isinstance(v, dict) else v
+        return self.get(key)
 
 
 def render(report: dict) -> str:
     env = jinja2.Environment(loader=jinja2.PackageLoader("bitforge.toolchain", "templates"), trim_blocks=True,
                              lstrip_blocks=True, keep_trailing_newline=True)
-    wrap = lambda d: _Obj({k: wrap(v) if isinstance(v, dict) else ([wrap(x) if isinstance(x, dict) else x for x in v]  # noqa: E731
-                                                                       if isinstance(v, list) else v)
-                            for k, v in d.items()})
-    return env.get_template("report.md.j2").render(r=wrap(report))
+    return env.get_template("report.md.j2").render(r=_wrap(report))
+
+
+def _wrap(v):
+    """Dicts (nested, also inside lists) become :class:`_Obj` for attribute access in the template."""
+    if isinstance(v, dict):
+        return _Obj({k: _wrap(x) for k, x in v.items()})
+    if isinstance(v, list):
+        return [_wrap(x) for x in v]
+    return v
 
 
 def write(folder: Path) -> None:

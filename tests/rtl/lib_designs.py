@@ -10,13 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-
 from bitforge.toolchain import emulate, fixed, ir
 from bitforge.toolchain.backends.rtl import dense  # noqa: F401  (importing it registers the emitters)
-from bitforge.toolchain.backends.rtl.stages import EMITTERS, Ports, Stage, StageRequest, type_parameters
+from bitforge.toolchain.backends.rtl.stages import (
+    EMITTERS,
+    Ports,
+    Stage,
+    StageRequest,
+    type_parameters,
+)
 from bitforge.toolchain.fixed import FixedType, Overflow, Rounding, parse_type
-
-from rtl_bench import fields, pack, pipe_ports, random_codes, simulate, stream_ports, top_text, unpack
+from bitforge.toolchain.verify.cocotb_bench import pack, unpack
+from rtl_bench import fields, pipe_ports, random_codes, simulate, stream_ports, top_text
 
 TOP = "rtl_library"
 SEED = 7
@@ -73,7 +78,7 @@ def requant_part(rng: np.random.Generator) -> Part:
         else:
             raw = [0, 1, (1 << WIDE_BITS) - 1, 1 << (WIDE_BITS - 1), (1 << (WIDE_BITS - 1)) - 1]
             raw += [int(v) & ((1 << WIDE_BITS) - 1) for v in rng.integers(0, 1 << 62, size=400)]
-        codes = np.array([unpack(v, ti.width, 1, ti.signed)[0] for v in raw], dtype=np.int64)
+        codes = np.array([unpack(v, 1, ti.width, ti.signed)[0] for v in raw], dtype=np.int64)
         expected = [0] * len(raw)
         for k, to in enumerate(outs):
             for v, c in enumerate(fixed.requantize(codes, ti, to)):

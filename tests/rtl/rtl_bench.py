@@ -17,10 +17,9 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
-
 from bitforge.toolchain.fixed import FixedType
 from bitforge.toolchain.verify.simulators import run_cocotb
 
@@ -34,22 +33,6 @@ _RUN_ID = os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex
 
 
 # -- packing and field descriptions --------------------------------------------------------------------------
-
-def pack(codes: Iterable[int], width: int) -> int:
-    """Codes as one bus value, element i at [i*width +: width] (two's complement)."""
-    value = 0
-    for i, c in enumerate(codes):
-        value |= (int(c) & ((1 << width) - 1)) << (i * width)
-    return value
-
-
-def unpack(value: int, width: int, count: int, signed: bool) -> list[int]:
-    out = []
-    for i in range(count):
-        raw = (value >> (i * width)) & ((1 << width) - 1)
-        out.append(raw - (1 << width) if signed and raw >> (width - 1) else raw)
-    return out
-
 
 def fields(name: str, t: FixedType, count: int, lsb: int = 0) -> list[dict]:
     """Bench field descriptions of ``count`` elements of type ``t`` packed from bit ``lsb``."""

@@ -327,7 +327,9 @@ def test_kan_tracker_layer_fits_the_up5k_dsp_blocks(tmp_path):
     for p in sources(stage, tmp_path):
         if p.parent != tmp_path:
             shutil.copy(p, tmp_path / p.name)  # YoWASP sees relative paths only
-    from bitforge.toolchain.flows.tools import get_tool  # finds the YoWASP wheel whether or not the venv is on PATH
+    from bitforge.toolchain.flows.tools import (
+        get_tool,  # finds the YoWASP wheel whether or not the venv is on PATH
+    )
 
     script = f"read_verilog {' '.join(names)}; synth_ice40 -dsp -top {top_module(stage)}; tee -o stat.txt stat"
     r = subprocess.run(get_tool("yosys").argv(["-q", "-p", script]), cwd=tmp_path, capture_output=True, text=True,

@@ -6,7 +6,6 @@ checked for both their values and their latency: a result one enabled cycle earl
 from __future__ import annotations
 
 import pytest
-
 from lib_designs import BIASES, CONST_MULS, MULS, TREES, library_results, tree_latency
 from rtl_bench import SIMULATORS, assert_ok
 

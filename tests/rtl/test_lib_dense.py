@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from bitforge.toolchain.backends.rtl import dense
 from bitforge.toolchain.backends.rtl.generate import RtlError
 from bitforge.toolchain.backends.rtl.stages import MULTIPLIES
 from bitforge.toolchain.fixed import parse_type
 from bitforge.toolchain.flows.yosys import read_cell_census
-
-from lib_designs import SEED, dense_layers, dense_node, emit, features, library_design, library_results
+from lib_designs import (
+    SEED,
+    dense_layers,
+    dense_node,
+    emit,
+    features,
+    library_design,
+    library_results,
+)
 from rtl_bench import SIMULATORS, assert_ok, top_text
 from test_lib_yosys import WORK, _failure, _yosys
 

@@ -11,9 +11,7 @@ import shutil
 import subprocess
 
 import pytest
-
 from bitforge.toolchain.verify.simulators import simulator_env
-
 from rtl_bench import RTL
 
 FILES = sorted(p.name for p in RTL.glob("*.v"))

@@ -6,7 +6,6 @@ the 40-bit pair random and edge codes (lib_designs.REQUANT_PAIRS says why each p
 from __future__ import annotations
 
 import pytest
-
 from lib_designs import MODES, REQUANT_PAIRS, library_results
 from rtl_bench import SIMULATORS, assert_ok
 

@@ -4,7 +4,6 @@ ReLU and requantize stages (the last two bit-exact against the golden model's ru
 from __future__ import annotations
 
 import pytest
-
 from lib_designs import BEATS, FIFO_DEPTH_LOG2, library_results
 from rtl_bench import SIMULATORS, assert_ok
 

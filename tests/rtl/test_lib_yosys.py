@@ -8,10 +8,8 @@ import subprocess
 
 import numpy as np
 import pytest
-
 from bitforge.toolchain.flows.tools import get_tool
 from bitforge.toolchain.flows.yosys import read_cell_census
-
 from lib_designs import dense_layers, emit, features
 from rtl_bench import BUILD_ROOT, RTL, top_text
 

@@ -31,14 +31,19 @@ class Comparison:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
+def _scalar(v):
+    """A JSON-able Python number from a numpy scalar (object arrays already hold Python ints)."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
 def _first_mismatch(name: str, bad: np.ndarray, golden: np.ndarray, other: np.ndarray,
                     inputs: dict[str, np.ndarray]) -> dict:
     row, *col = np.argwhere(bad)[0].tolist()
     idx = (row, *col)
     return {
         "output": name, "row": row, "index": col,
-        "golden": golden[idx].item() if hasattr(golden[idx], "item") else int(golden[idx]),
-        "executor": other[idx].item(),
+        "golden": _scalar(golden[idx]),
+        "executor": _scalar(other[idx]),
         "inputs": {k: np.asarray(v[row]).tolist() for k, v in inputs.items()},
     }
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..fixed import FixedType
+from ..fixed import FixedType, quantize
 from ..ir import Graph
 
 
@@ -69,6 +69,5 @@ def make_vectors(g: Graph, n: int, seed: int = 0) -> dict[str, np.ndarray]:
         if spec.dtype is None:
             out[name] = flat.reshape(x.shape).astype(np.float32)
         else:
-            from ..fixed import quantize
             out[name] = quantize(flat.reshape(x.shape), spec.dtype.with_(overflow="SAT"))
     return out

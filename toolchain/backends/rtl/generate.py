@@ -122,8 +122,10 @@ def hardware_chain(g: Graph) -> list:
     return nodes
 
 
-def generate(g: Graph, options: RtlOptions = RtlOptions(), reuse: Optional[Mapping[str, int]] = None) -> RtlDesign:
-    """Generate the design. ``reuse`` (node -> factor) overrides ``options.reuse`` (the auto chooser passes it)."""
+def generate(g: Graph, options: RtlOptions = RtlOptions()) -> RtlDesign:
+    """Generate the design; ``options.reuse`` must be resolved (an integer or a node -> factor mapping)."""
+    if options.reuse == "auto":
+        raise RtlError("resolve --reuse auto with reuse.choose_reuse before generating (the compiler does)")
     stages.load_emitters()
     chain = hardware_chain(g)
     name = verilog_name(g.name)
@@ -137,7 +139,7 @@ def generate(g: Graph, options: RtlOptions = RtlOptions(), reuse: Optional[Mappi
         if emit is None:
             raise RtlError(f"{n.describe()}: no RTL form for op {n.OP}; ops with one: {', '.join(sorted(stages.EMITTERS))}")
         x, y = g.tensors[n.inputs[0]], g.tensors[n.output]
-        r = _reuse_for(n, options, reuse)
+        r = _reuse_for(n, options)
         ports = Ports("clk", "rst", f"s{i}_in_valid", f"s{i}_in_ready", f"s{i}_in_data",
                       f"s{i}_out_valid", f"s{i}_out_ready", f"s{i}_out_data")
         req = StageRequest(g, n, x.dtype, math.prod(x.shape), y.dtype, math.prod(y.shape), ports,
@@ -169,13 +171,9 @@ def generate(g: Graph, options: RtlOptions = RtlOptions(), reuse: Optional[Mappi
                      out_w, options.bus_width, layers)
 
 
-def _reuse_for(n, options: RtlOptions, reuse: Optional[Mapping[str, int]]) -> int:
-    if reuse is not None and n.name in reuse:
-        return int(reuse[n.name])
+def _reuse_for(n, options: RtlOptions) -> int:
     r = options.reuse
-    if isinstance(r, Mapping):
-        return int(r.get(n.name, 1))
-    return 1 if r == "auto" else int(r)
+    return int(r.get(n.name, 1)) if isinstance(r, Mapping) else int(r)
 
 
 def library_source(name: str) -> str:

@@ -55,6 +55,14 @@ module bf_dense_folded #(
     parameter integer OUT_SIGNED = 1,
     parameter integer OUT_ROUNDING = 0,
     parameter integer OUT_OVERFLOW = 0,
+    // ACT = 1: the output is requantize(max(y, 0)) in the Y type (a ReLU fused into this stage, no register
+    // of its own); ACT = 0: Y_* must equal OUT_*.
+    parameter integer ACT = 0,
+    parameter integer Y_W = OUT_W,
+    parameter integer Y_FRAC = OUT_FRAC,
+    parameter integer Y_SIGNED = OUT_SIGNED,
+    parameter integer Y_ROUNDING = OUT_ROUNDING,
+    parameter integer Y_OVERFLOW = OUT_OVERFLOW,
     parameter integer LEVELS_PER_STAGE = 2,
     parameter integer ROM_STYLE = 1
 ) (
@@ -65,7 +73,7 @@ module bf_dense_folded #(
     input  wire [N_IN*IN_W-1:0]   in_data,
     output wire                   out_valid,
     input  wire                   out_ready,
-    output wire [N_OUT*OUT_W-1:0] out_data
+    output wire [N_OUT*Y_W-1:0]   out_data
 );
     // ---- the tiling (dense.folded_tiling computes the same) ---------------------------------------------
     // The T of 1 .. min(R, N_IN) with the fewest lanes, then the fewest groups, then the smallest T.
@@ -268,7 +276,7 @@ module bf_dense_folded #(
         end
     end
 
-    wire [G*OUT_W-1:0] rows;  // the rows the groups finished, group g at [g*OUT_W +: OUT_W]
+    wire [G*Y_W-1:0] rows;  // the rows the groups finished, group g at [g*Y_W +: Y_W]
     generate
         for (g = 0; g < G; g = g + 1) begin : g_group
             wire [SUM_W-1:0] sum;
@@ -309,24 +317,31 @@ module bf_dense_folded #(
                 if (advance) acc <= (first ? seed : acc) + sum_x;
             end
 
+            wire [OUT_W-1:0] row;
             bf_bias_requant #(
                 .SUM_W(A_W), .SUM_SIGNED(1), .HAS_BIAS(0),
                 .ACC_W(ACC_W), .ACC_FRAC(ACC_FRAC), .ACC_SIGNED(ACC_SIGNED), .ACC_OVERFLOW(ACC_OVERFLOW),
                 .OUT_W(OUT_W), .OUT_FRAC(OUT_FRAC), .OUT_SIGNED(OUT_SIGNED),
                 .OUT_ROUNDING(OUT_ROUNDING), .OUT_OVERFLOW(OUT_OVERFLOW)
-            ) u_out (.sum(acc), .out_code(rows[g*OUT_W +: OUT_W]));
+            ) u_out (.sum(acc), .out_code(row));
+
+            bf_activation #(
+                .ACT(ACT), .IN_W(OUT_W), .IN_FRAC(OUT_FRAC), .IN_SIGNED(OUT_SIGNED),
+                .OUT_W(Y_W), .OUT_FRAC(Y_FRAC), .OUT_SIGNED(Y_SIGNED), .OUT_ROUNDING(Y_ROUNDING),
+                .OUT_OVERFLOW(Y_OVERFLOW)
+            ) u_act (.in_code(row), .out_code(rows[g*Y_W +: Y_W]));
         end
     endgenerate
 
     // ---- output: finished rows shift in from the top, pass 0 ends at the bottom --------------------------
     /* verilator lint_off UNUSEDSIGNAL */
-    reg [Q*G*OUT_W-1:0] y;  // rows past N_OUT (the last pass's padding) are not read
+    reg [Q*G*Y_W-1:0] y;  // rows past N_OUT (the last pass's padding) are not read
     /* verilator lint_on UNUSEDSIGNAL */
     reg y_valid;
     generate
         if (Q > 1) begin : g_shift
             always @(posedge clk) begin
-                if (advance && done_a) y <= {rows, y[Q*G*OUT_W-1:G*OUT_W]};
+                if (advance && done_a) y <= {rows, y[Q*G*Y_W-1:G*Y_W]};
             end
         end else begin : g_load
             always @(posedge clk) begin
@@ -339,6 +354,6 @@ module bf_dense_folded #(
         else if (advance) y_valid <= last_a;
     end
     assign out_valid = y_valid;
-    assign out_data = y[N_OUT*OUT_W-1:0];
+    assign out_data = y[N_OUT*Y_W-1:0];
 endmodule
 `default_nettype wire

@@ -14,7 +14,7 @@
 // Pipeline (all registers load on `advance`):
 //   1 cycle      product registers (after bf_const_mul)
 //   T cycles     adder tree, T = $clog2(TERMS) / LEVELS_PER_STAGE (bf_adder_tree)
-//   1 cycle      bias + accumulator overflow + requantize, then the output register
+//   1 cycle      bias + accumulator overflow + requantize (+ the fused ReLU), then the output register
 // LATENCY = 2 + $clog2(TERMS) / LEVELS_PER_STAGE cycles, II = 1.
 //
 // Stream contract (stages.py): the pipeline advances when its output register is empty or being read
@@ -47,6 +47,14 @@ module bf_dense_parallel #(
     parameter integer OUT_SIGNED = 1,
     parameter integer OUT_ROUNDING = 0,
     parameter integer OUT_OVERFLOW = 0,
+    // ACT = 1: the output is requantize(max(y, 0)) in the Y type (a ReLU fused into this stage, no register
+    // of its own); ACT = 0: Y_* must equal OUT_*.
+    parameter integer ACT = 0,
+    parameter integer Y_W = OUT_W,
+    parameter integer Y_FRAC = OUT_FRAC,
+    parameter integer Y_SIGNED = OUT_SIGNED,
+    parameter integer Y_ROUNDING = OUT_ROUNDING,
+    parameter integer Y_OVERFLOW = OUT_OVERFLOW,
     parameter integer LEVELS_PER_STAGE = 2
 ) (
     input  wire                   clk,
@@ -58,7 +66,7 @@ module bf_dense_parallel #(
     /* verilator lint_on UNUSEDSIGNAL */
     output wire                   out_valid,
     input  wire                   out_ready,
-    output wire [N_OUT*OUT_W-1:0] out_data
+    output wire [N_OUT*Y_W-1:0]   out_data
 );
     localparam integer P_W = IN_W + W_W;
     localparam integer P_SIGNED = (IN_SIGNED != 0 || W_SIGNED != 0) ? 1 : 0;
@@ -117,11 +125,18 @@ module bf_dense_parallel #(
                 .OUT_ROUNDING(OUT_ROUNDING), .OUT_OVERFLOW(OUT_OVERFLOW)
             ) u_out (.sum(sum), .out_code(y));
 
-            reg [OUT_W-1:0] y_q;
+            wire [Y_W-1:0] y_act;
+            bf_activation #(
+                .ACT(ACT), .IN_W(OUT_W), .IN_FRAC(OUT_FRAC), .IN_SIGNED(OUT_SIGNED),
+                .OUT_W(Y_W), .OUT_FRAC(Y_FRAC), .OUT_SIGNED(Y_SIGNED), .OUT_ROUNDING(Y_ROUNDING),
+                .OUT_OVERFLOW(Y_OVERFLOW)
+            ) u_act (.in_code(y), .out_code(y_act));
+
+            reg [Y_W-1:0] y_q;
             always @(posedge clk) begin
-                if (advance) y_q <= y;
+                if (advance) y_q <= y_act;
             end
-            assign out_data[o*OUT_W +: OUT_W] = y_q;
+            assign out_data[o*Y_W +: Y_W] = y_q;
         end
     endgenerate
 endmodule

@@ -142,3 +142,16 @@ def test_timing_failure_is_reported_not_hidden(tmp_path):
     with pytest.warns(UserWarning):
         result = implement(out, "ice40-up5k", clock_mhz=400.0)
     assert result["timing_met"] is False and result["fmax_mhz"] < 400
+
+
+def test_relu_after_dense_is_fused_into_its_stage(small_mlp, tmp_path):
+    """Dense -> ReLU becomes one stage: no bf_relu instance, no skid buffer of its own, one cycle less."""
+    from bitforge.toolchain.compiler import load_model, prepare
+    g, _ = prepare(load_model(str(small_mlp), 0), "8", input_range=(-2.0, 2.0))
+    fused, plain = generate(g, RtlOptions()), generate(g, RtlOptions(fuse_relu=False))
+    assert [x.op for x in fused.layers] == ["Dense+ReLU", "Dense"]
+    assert fused.layers[0].fused == [g.nodes[2].name] and g.nodes[2].OP == "ReLU"
+    assert [x.op for x in plain.layers] == ["Dense", "ReLU", "Dense"]
+    core = fused.files[f"{fused.top}.v"]
+    assert "bf_relu " not in core and ".ACT(1)" in core
+    assert fused.latency_cycles == plain.latency_cycles - 2  # the ReLU's register and its skid buffer

@@ -360,6 +360,14 @@ def dense_layers(rng: np.random.Generator) -> dict:
                                        f("fixed<18,9,TRN,SAT>"), b8, rng), x8, f("fixed<8,4,RND_CONV,SAT>"), 1, {}),
         "lowrank_folded": (_low_rank("lr_fold", 6, 3, 4, w6, f("fixed<7,3,RND,SAT>"), f("fixed<20,11>"),
                                      f("fixed<16,8,TRN,SAT>"), b8, rng), x8, f("fixed<8,4,RND_CONV,SAT>"), 4, {}),
+        # A ReLU fused into the dense stage (options["relu_type"]: the ReLU's output type), into another type.
+        "par_fused_relu": (dense_node("fc_fused", 6, 4, w6, b8, f("fixed<16,7>"), rng), x8,
+                           f("fixed<9,4,RND_CONV,SAT>"), 1, {"relu_type": f("ufixed<6,3,RND,SAT>")}),
+        "fold_fused_relu": (dense_node("fc_fused_r3", 5, 4, w6, b8, f("fixed<16,7>"), rng), x8,
+                            f("fixed<8,4,TRN,SAT>"), 3, {"relu_type": f("fixed<8,4,TRN,SAT>")}),
+        "lowrank_fused_relu": (_low_rank("lr_relu", 6, 2, 5, w6, f("fixed<9,4,RND_CONV,SAT>"), f("fixed<20,11>"),
+                                         f("fixed<18,9,TRN,SAT>"), b8, rng), x8, f("fixed<8,4,RND_CONV,SAT>"), 2,
+                               {"relu_type": f("ufixed<5,2,RND_INF,SAT>")}),
         "relu_emitted": (ir.ReLU("act", ("x",), ("y",)), f("fixed<8,3>"), f("ufixed<7,3,RND,SAT>"), 1, {}),
         "requantize_emitted": (ir.Requantize("rq", ("x",), ("y",)), f("fixed<10,4>"),
                                f("fixed<6,2,RND_CONV,SAT_SYM>"), 1, {}),
@@ -380,8 +388,10 @@ def features(node) -> tuple[int, int]:
     return N_ELEMENTS, N_ELEMENTS
 
 
-def golden(node, x: np.ndarray, xt: FixedType, yt: FixedType) -> np.ndarray:
-    """The golden model's codes for one layer (emulate's rules)."""
+def golden(node, x: np.ndarray, xt: FixedType, yt: FixedType, relu_type: FixedType | None = None) -> np.ndarray:
+    """The golden model's codes for one layer (emulate's rules), then a fused ReLU's if there is one."""
+    if relu_type is not None:
+        return fixed.requantize(np.maximum(golden(node, x, xt, yt), 0), yt, relu_type)
     if isinstance(node, ir.ReLU):
         return fixed.requantize(np.maximum(x, 0), xt, yt)
     if isinstance(node, ir.Requantize):
@@ -402,8 +412,10 @@ def emit(node, xt: FixedType, yt: FixedType, reuse: int, options: dict, prefix: 
     n_in, n_out = features(node)
     g = ir.Graph("t", ["x"], ["y"], {"x": ir.TensorSpec("x", (n_in,), xt), "y": ir.TensorSpec("y", (n_out,), yt)},
                  [node])
+    options = dict(options)
+    relu_type = options.pop("relu_type", None)
     return EMITTERS[node.OP](StageRequest(g, node, xt, n_in, yt, n_out, stage_ports(prefix), f"u_{prefix}dut",
-                                          reuse, options))
+                                          reuse, options, relu_type=relu_type))
 
 
 def dense_part(rng: np.random.Generator) -> tuple[Part, dict[str, Stage]]:
@@ -413,12 +425,15 @@ def dense_part(rng: np.random.Generator) -> tuple[Part, dict[str, Stage]]:
         st = stages[name] = emit(node, xt, yt, reuse, options, p)
         n_in, n_out = features(node)
         x = random_codes(rng, xt, (N_DENSE, n_in))
+        relu_type = options.get("relu_type")
+        expected = golden(node, x, xt, yt, relu_type)
+        yt = relu_type or yt
         part.ports += stream_ports(p, n_in * xt.width, n_out * yt.width)
         part.body.append(st.instance)
         part.library.update(st.library)
         part.duts.append({"kind": "stream", "name": name, "prefix": p, "latency": st.latency, "ii": st.ii,
                           "inputs": [pack(r, xt.width) for r in x],
-                          "expected": [pack(r, yt.width) for r in golden(node, x, xt, yt)],
+                          "expected": [pack(r, yt.width) for r in expected],
                           "in_fields": fields("x", xt, n_in), "out_fields": fields("y", yt, n_out)})
     return part, stages
 

@@ -25,8 +25,9 @@ LEVELS_PER_STAGE = 2
 #: Bits of one input index in bf_dense_parallel's TERM_INDEX.
 INDEX_BITS = 16
 PARALLEL_LIBRARY = ("bf_dense_parallel.v", "bf_const_mul.v", "bf_mul.v", "bf_adder_tree.v", "bf_bias_requant.v",
-                    "bf_requant.v")
-FOLDED_LIBRARY = ("bf_dense_folded.v", "bf_mul.v", "bf_adder_tree.v", "bf_bias_requant.v", "bf_requant.v")
+                    "bf_activation.v", "bf_requant.v")
+FOLDED_LIBRARY = ("bf_dense_folded.v", "bf_mul.v", "bf_adder_tree.v", "bf_bias_requant.v", "bf_activation.v",
+                  "bf_requant.v")
 ELEMENTWISE_LIBRARY = ("bf_requant_stage.v", "bf_requant.v")
 
 
@@ -42,6 +43,12 @@ class DenseSpec:
     b_type: Optional[FixedType]
     acc_type: FixedType
     out_type: FixedType
+    relu_type: Optional[FixedType] = None  # a fused ReLU's output type (the stage then outputs this type)
+
+    @property
+    def y_type(self) -> FixedType:
+        """The type the stage outputs: the fused ReLU's, or the layer's own."""
+        return self.relu_type if self.relu_type is not None else self.out_type
 
     @property
     def n_in(self) -> int:
@@ -181,7 +188,8 @@ def _common_parameters(s: DenseSpec, levels_per_stage: int) -> tuple[Parameters,
     tail: Parameters = [("HAS_BIAS", int(s.bias is not None)), *_bias_parameters(s),
                         ("ACC_W", acc.width), ("ACC_FRAC", acc.frac), ("ACC_SIGNED", int(acc.signed)),
                         ("ACC_OVERFLOW", OVERFLOW_CODE[acc.overflow.value]),
-                        *type_parameters("OUT", y).items(), ("LEVELS_PER_STAGE", levels_per_stage)]
+                        *type_parameters("OUT", y).items(), ("ACT", int(s.relu_type is not None)),
+                        *type_parameters("Y", s.y_type).items(), ("LEVELS_PER_STAGE", levels_per_stage)]
     return head, tail
 
 
@@ -252,7 +260,8 @@ def dense_instance(s: DenseSpec, instance: str, ports: Ports, reuse: int,
     reuse = min(reuse, products)
     ctx = dict(where=s.where, instance=instance, ports=ports, n_in=s.n_in, n_out=s.n_out,
                x_type=s.x_type.to_short(), w_type=s.w_type.to_short(), acc_type=s.acc_type.to_short(),
-               out_type=s.out_type.to_short(), products=products)
+               out_type=s.out_type.to_short(), products=products,
+               relu_type=s.relu_type.to_short() if s.relu_type is not None else None)
     if reuse == 1:
         params, terms, nonzero = parallel_parameters(s, levels_per_stage)
         latency = parallel_latency(terms, levels_per_stage)
@@ -285,18 +294,18 @@ def _merge(*resources: dict) -> dict:
     return out
 
 
-@emitter("Dense", multiplies=lambda n: int(n.weight.size),
+@emitter("Dense", multiplies=lambda n: int(n.weight.size), fuses_relu=True,
          folded_multipliers=lambda n, r: folded_multipliers(n.in_features, n.out_features, r) if r > 1 else n.weight.size)
 def emit_dense(req: StageRequest) -> Stage:
     n: Dense = req.node
     spec = DenseSpec(n.describe(), n.weight, n.bias, req.in_type, _need(n, n.weight_type, "weight_type"),
                      _need(n, n.bias_type, "bias_type") if n.bias is not None else None,
-                     _need(n, n.accum_type, "accum_type"), req.out_type)
+                     _need(n, n.accum_type, "accum_type"), req.out_type, req.relu_type)
     d = dense_instance(spec, req.instance_name, req.ports, req.reuse, _levels(req))
     return Stage(d.text, d.latency, d.ii, d.library, resources=d.resources, reuse=d.reuse)
 
 
-@emitter("LowRankDense", multiplies=lambda n: int(n.u.size + n.v.size),
+@emitter("LowRankDense", multiplies=lambda n: int(n.u.size + n.v.size), fuses_relu=True,
          folded_multipliers=lambda n, r: (folded_multipliers(n.in_features, n.rank, r)
                                           + folded_multipliers(n.rank, n.out_features, r)) if r > 1
          else int(n.u.size + n.v.size))
@@ -308,7 +317,7 @@ def emit_low_rank_dense(req: StageRequest) -> Stage:
                   _need(n, n.accum_v_type, "accum_v_type"), mid)
     u = DenseSpec(f"{n.describe()} (U)", n.u, n.bias, mid, _need(n, n.u_type, "u_type"),
                   _need(n, n.bias_type, "bias_type") if n.bias is not None else None,
-                  _need(n, n.accum_type, "accum_type"), req.out_type)
+                  _need(n, n.accum_type, "accum_type"), req.out_type, req.relu_type)
     base = req.instance_name
     link = Ports(req.ports.clk, req.ports.rst, f"{base}_mid_valid", f"{base}_mid_ready", f"{base}_mid_data",
                  f"{base}_mid_valid", f"{base}_mid_ready", f"{base}_mid_data")
@@ -336,7 +345,7 @@ def _elementwise(req: StageRequest, template: str) -> Stage:
     text = _env().get_template(template).render(
         where=req.node.describe(), instance=req.instance_name, ports=req.ports, params=params,
         x_type=x.to_short(), out_type=y.to_short(), n=req.in_count)
-    library = (("bf_relu.v",) if template.startswith("relu") else ()) + ELEMENTWISE_LIBRARY
+    library = (("bf_relu.v", "bf_activation.v") if template.startswith("relu") else ()) + ELEMENTWISE_LIBRARY
     return Stage(text, 1, 1, library, resources={"multipliers": 0})
 
 

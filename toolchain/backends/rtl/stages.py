@@ -51,6 +51,13 @@ class StageRequest:
     instance_name: str
     reuse: int = 1
     options: dict = field(default_factory=dict)
+    #: A ReLU fused into this stage (emitters registered with ``fuses_relu``): the ReLU's output type, which
+    #: is then the stage's output; ``out_type`` stays the node's own output type, requantized before the ReLU.
+    relu_type: Optional[FixedType] = None
+
+    @property
+    def stage_out_type(self) -> FixedType:
+        return self.relu_type if self.relu_type is not None else self.out_type
 
 
 @dataclass
@@ -72,6 +79,8 @@ EMITTERS: dict[str, Emitter] = {}
 MULTIPLIES: dict[str, Callable[[Node], int]] = {}
 #: Ops whose stage honours a reuse factor > 1, with the multipliers their folded form builds at reuse R.
 FOLDABLE: dict[str, Callable[[Node, int], int]] = {}
+#: Ops whose stage can apply a following ReLU before its output register (see StageRequest.relu_type).
+FUSES_RELU: set[str] = set()
 
 
 def load_emitters() -> None:
@@ -80,12 +89,16 @@ def load_emitters() -> None:
 
 
 def emitter(op: str, multiplies: Optional[Callable[[Node], int]] = None,
-            folded_multipliers: Optional[Callable[[Node, int], int]] = None) -> Callable[[Emitter], Emitter]:
+            folded_multipliers: Optional[Callable[[Node, int], int]] = None,
+            fuses_relu: bool = False) -> Callable[[Emitter], Emitter]:
     """Register the RTL emitter of IR op ``op``, its multiplies per sample and, for ops that fold, the
-    multipliers their folded form builds at a reuse factor (what ``--reuse auto`` budgets)."""
+    multipliers their folded form builds at a reuse factor (what ``--reuse auto`` budgets). ``fuses_relu``:
+    the emitter honours ``StageRequest.relu_type``, so a ReLU after this op costs no stage of its own."""
 
     def register(fn: Emitter) -> Emitter:
         EMITTERS[op] = fn
+        if fuses_relu:
+            FUSES_RELU.add(op)
         if multiplies is not None:
             MULTIPLIES[op] = multiplies
         if folded_multipliers is not None:

@@ -1,0 +1,115 @@
+"""Uniform quantizer (RTN min-max) and the uniform-v1 packed layout."""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bitforge.runtime.formats import uniform as fmt
+from bitforge.toolchain.compress import api
+from bitforge.toolchain.compress.uniform import quantize_uniform, rtn
+from bitforge.toolchain.errors import BitforgeError
+
+
+def _reference_pack(codes: list[list[int]], bits: int) -> list[list[int]]:
+    """The docstring's layout, bit by bit: per row, stream bit j of code c is bit j of code c; LSB-first bytes."""
+    rows = []
+    for row in codes:
+        stream = [(c >> k) & 1 for c in row for k in range(bits)]
+        stream += [0] * (-len(stream) % 8)
+        rows.append([sum(stream[8 * i + j] << j for j in range(8)) for i in range(len(stream) // 8)])
+    return rows
+
+
+@settings(max_examples=40, deadline=None)
+@given(bits=st.integers(1, 8), out=st.integers(1, 4), n_in=st.integers(1, 19), seed=st.integers(0, 2**16))
+def test_pack_matches_documented_layout_and_roundtrips(bits, out, n_in, seed):
+    g = torch.Generator().manual_seed(seed)
+    codes = torch.randint(0, 1 << bits, (out, n_in), generator=g, dtype=torch.uint8)
+    packed = fmt.pack_codes(codes, bits)
+    assert packed.dtype == torch.uint8 and tuple(packed.shape) == (out, fmt.row_bytes(n_in, bits))
+    assert packed.tolist() == _reference_pack(codes.tolist(), bits)
+    assert torch.equal(fmt.unpack_codes(packed, bits, (out, n_in)), codes)
+
+
+def test_four_bit_layout_puts_even_codes_in_the_low_nibble():
+    packed = fmt.pack_codes(torch.tensor([[0x3, 0xA, 0x1, 0xF]], dtype=torch.uint8), 4)
+    assert packed.tolist() == [[0xA3, 0xF1]]
+
+
+def test_pack_rejects_codes_that_do_not_fit():
+    with pytest.raises(BitforgeError, match="does not fit in 2 bits"):
+        fmt.pack_codes(torch.tensor([[4]], dtype=torch.uint8), 2)
+    with pytest.raises(BitforgeError, match="expected uint8"):
+        fmt.unpack_codes(torch.zeros(2, 3, dtype=torch.uint8), 4, (2, 8))
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 8])
+@pytest.mark.parametrize("group", [None, 32, 64])
+def test_rtn_error_is_half_a_step_and_spans_min_max(bits, group):
+    W = torch.randn(16, 128, generator=torch.Generator().manual_seed(bits))
+    q = quantize_uniform(W, bits, group)
+    g = 128 if group is None else group
+    s = q.scale.float().repeat_interleave(g, dim=1)
+    err = (q.dequantize() - W).abs()
+    assert (err <= 0.5 * s * (1 + 1e-3) + 1e-6).all()
+    Wg, Qg = W.reshape(16, -1, g), q.dequantize().reshape(16, -1, g)
+    # The grid ends at the group's min and max: both extremes get codes 0 and 2^b-1, and decode to within a quarter
+    # step (float16 s and z move the grid's ends by ~2^(b-11) of the range: a fraction of a step even at 8 bits).
+    lo_code = q.codes.reshape(16, -1, g).gather(-1, Wg.argmin(-1, keepdim=True))
+    hi_code = q.codes.reshape(16, -1, g).gather(-1, Wg.argmax(-1, keepdim=True))
+    assert (lo_code == 0).all() and (hi_code == (1 << bits) - 1).all()
+    assert torch.allclose(Qg.amin(-1), Wg.amin(-1), atol=0.25 * float(s.max()))
+
+
+@pytest.mark.parametrize("bits,group,expected", [(3, 64, 3.5), (2, 32, 3.0), (4, None, 4 + 32 / 96)])
+def test_rtn_layer_is_what_the_checkpoint_decodes_to(bits, group, expected):
+    W = torch.randn(8, 96 if group is None else 128)
+    layer = rtn(W, api.LayerStats.identity(W.shape[1], "l0"), api.CompressConfig("rtn", bits=bits, group=group))
+    t = layer.tensors
+    assert t["scale"].dtype == torch.float16 and t["zero"].dtype == torch.float16
+    codes = fmt.unpack_codes(t["codes"], bits, tuple(W.shape))
+    assert torch.equal(layer.weight_hat, fmt.dequantize(codes, t["scale"], t["zero"], group))
+    assert layer.bpw == pytest.approx(expected)
+    assert {k: layer.meta[k] for k in ("method", "bits", "group", "zero_point", "rank", "packing")} == {
+        "method": "rtn", "bits": bits, "group": group, "zero_point": "float16", "rank": 0, "packing": fmt.LAYOUT}
+    assert api.METHODS["rtn"] is rtn
+
+
+def test_constant_and_zero_groups_decode_exactly():
+    W = torch.zeros(3, 64)
+    W[1] = 0.37
+    W[2, :32] = -5.0
+    q = quantize_uniform(W, 3, 32)
+    assert torch.allclose(q.dequantize(), W, atol=1e-3 * 5.0, rtol=0)
+    assert (q.scale > 0).all()
+
+
+def test_given_scale_and_zero_are_used_as_stored_float16():
+    W = torch.randn(4, 64)
+    s = torch.full((4, 2), 0.1234567)
+    z = torch.full((4, 2), -3.3333)
+    q = quantize_uniform(W, 3, 32, scale=s, zero=z)
+    assert torch.equal(q.scale, s.half()) and torch.equal(q.zero, z.half())
+    expect = (torch.clamp(torch.round(W / s.half().float()[:, :1] - z.half().float()[:, :1]), 0, 7)
+              + z.half().float()[:, :1]) * s.half().float()[:, :1]
+    assert torch.equal(q.dequantize(), expect)
+
+
+@pytest.mark.parametrize("bits", [1, 9])
+def test_bits_outside_two_to_eight_are_refused(bits):
+    with pytest.raises(BitforgeError, match="2..8"):
+        rtn(torch.randn(4, 64), api.LayerStats.identity(64), api.CompressConfig("rtn", bits=bits, group=32))
+
+
+def test_group_that_does_not_divide_is_refused():
+    with pytest.raises(BitforgeError, match="does not divide the input dimension 576"):
+        rtn(torch.randn(4, 576), api.LayerStats.identity(576, "q_proj"), api.CompressConfig("rtn", bits=3, group=128))
+
+
+def test_non_finite_weights_are_refused():
+    W = torch.randn(4, 64)
+    W[1, 3] = float("nan")
+    with pytest.raises(BitforgeError, match="non-finite"):
+        quantize_uniform(W, 3, 32)

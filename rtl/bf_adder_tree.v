@@ -39,7 +39,10 @@ module bf_adder_tree #(
     endfunction
 
     // Level l is one vector, g_level[l].v, of nodes_at(l) nodes of IN_W + l bits; level l + 1 reads level l.
-    genvar l, j;
+    // Each level's adders are one always block over whole vectors, not one net per node: Icarus propagates
+    // a change of any slice of a wide net to every reader of that net, so per-node nets made each cycle cost
+    // O(N^2) evaluations (a 64-leaf tree ran ~5x slower). Synthesis sees the same two-input adders.
+    genvar l;
     generate
         for (l = 0; l <= L; l = l + 1) begin : g_level
             wire [nodes_at(l)*(IN_W+l)-1:0] v;
@@ -48,29 +51,30 @@ module bf_adder_tree #(
             end else begin : g_sums
                 localparam integer CW = IN_W + l - 1;  // width of the children
                 localparam integer NC = nodes_at(l - 1);
-                for (j = 0; j < nodes_at(l); j = j + 1) begin : g_node
-                    wire [CW-1:0] a = g_level[l-1].v[(2*j)*CW +: CW];
-                    wire sa = IN_SIGNED != 0 ? a[CW-1] : 1'b0;
-                    // Kept, so each node stays a two-input carry-chain adder: yosys would otherwise merge
-                    // the levels between registers into one multi-operand $macc of LUT full adders, which
-                    // costs about twice as many LUTs on FPGAs with carry chains.
-                    (* keep *) wire [CW:0] sum;
-                    if (2 * j + 1 < NC) begin : g_pair
-                        wire [CW-1:0] b = g_level[l-1].v[(2*j+1)*CW +: CW];
-                        wire sb = IN_SIGNED != 0 ? b[CW-1] : 1'b0;
-                        assign sum = {sa, a} + {sb, b};
-                    end else begin : g_single
-                        assign sum = {sa, a};
+                localparam integer NN = nodes_at(l);
+                wire [NC*CW-1:0] c = g_level[l-1].v;
+                // Kept, so each node stays a two-input carry-chain adder: yosys would otherwise merge
+                // the levels between registers into one multi-operand $macc of LUT full adders, which
+                // costs about twice as many LUTs on FPGAs with carry chains.
+                (* keep *) reg [NN*(CW+1)-1:0] sum;
+                integer j;
+                always @* begin
+                    for (j = 0; j < NN; j = j + 1) begin
+                        if (2 * j + 1 < NC)  // a pair, each child sign-extended (or zero-extended) by one bit
+                            sum[j*(CW+1) +: CW+1] = {IN_SIGNED != 0 && c[2*j*CW + CW-1], c[2*j*CW +: CW]}
+                                                  + {IN_SIGNED != 0 && c[(2*j+1)*CW + CW-1], c[(2*j+1)*CW +: CW]};
+                        else  // the odd one out, passed up widened
+                            sum[j*(CW+1) +: CW+1] = {IN_SIGNED != 0 && c[2*j*CW + CW-1], c[2*j*CW +: CW]};
                     end
-                    if (l % LEVELS_PER_STAGE == 0) begin : g_reg
-                        reg [CW:0] r;
-                        always @(posedge clk) begin
-                            if (en) r <= sum;
-                        end
-                        assign v[j*(CW+1) +: CW+1] = r;
-                    end else begin : g_comb
-                        assign v[j*(CW+1) +: CW+1] = sum;
+                end
+                if (l % LEVELS_PER_STAGE == 0) begin : g_reg
+                    reg [NN*(CW+1)-1:0] r;
+                    always @(posedge clk) begin
+                        if (en) r <= sum;
                     end
+                    assign v = r;
+                end else begin : g_comb
+                    assign v = sum;
                 end
             end
         end

@@ -135,6 +135,22 @@ def test_flow_kan_tracker_ice40_bitstream_is_reproducible(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_flow_jet_mlp_ecp5_with_reuse_auto(tmp_path):
+    """The issue's other acceptance (the README's demo): jet-mlp, reuse chosen for an ECP5-85F, both simulators
+    bit-exact, a real bitstream, and the hardware that reuse auto said it would build."""
+    out = tmp_path / "jet"
+    assert main(["flow", "jet-mlp", "--target", "ecp5-85f", "--reuse", "auto", "-o", str(out),
+                 "--sim-vectors", "300"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    t = report["targets"]["ecp5-85f"]
+    assert t["status"] == "ok" and (out / t["bitstream"]).stat().st_size > 0 and t["fmax_mhz"] > 0
+    assert all(v["mismatches"] == 0 and v["vectors"] >= 300 for v in report["verification"]["golden_vs_rtl"].values())
+    layers = report["rtl"]["layers"]
+    assert t["ii"] == max(x["ii"] for x in layers) > 1  # folded: the chosen reuse is the II
+    assert t["dsp"] <= 156 and t["dsp"] >= sum(x["resources"]["multipliers"] for x in layers) // 2
+
+
+@pytest.mark.slow
 def test_timing_failure_is_reported_not_hidden(tmp_path):
     out = tmp_path / "kt"
     _compile("kan-tracker", out)

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ...toolchain.errors import BitforgeError
+from bitforge.toolchain.errors import BitforgeError
 
+LAYOUT = "binary-lowrank-v1"   # the manifest's "packing" of layers made of these paths
 _BIT_WEIGHTS = (1 << torch.arange(8, dtype=torch.int32))
 
 
@@ -60,7 +61,7 @@ class BinaryLowRankPath:
 
     @staticmethod
     def from_factors(u1: torch.Tensor, U: torch.Tensor, latent: torch.Tensor, V: torch.Tensor,
-                     v2: torch.Tensor) -> "BinaryLowRankPath":
+                     v2: torch.Tensor) -> BinaryLowRankPath:
         """Pack ``U [out, r]`` and ``V [in, r]`` (+-1) and round the scale vectors to float16."""
         out, rank = U.shape
         n_in = V.shape[0]
@@ -110,7 +111,7 @@ class BinaryLowRankPath:
                 f"{prefix}.latent": self.latent, f"{prefix}.v2": self.v2}
 
     @staticmethod
-    def from_tensors(tensors: dict[str, torch.Tensor], prefix: str) -> "BinaryLowRankPath":
+    def from_tensors(tensors: dict[str, torch.Tensor], prefix: str) -> BinaryLowRankPath:
         """Rebuild a path stored under ``prefix``, checking that its shapes agree."""
         fields = ("u_signs", "v_signs", "u1", "latent", "v2")
         missing = [f"{prefix}.{f}" for f in fields if f"{prefix}.{f}" not in tensors]

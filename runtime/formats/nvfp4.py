@@ -29,13 +29,15 @@ GPU kernels' tests need a reference that is right by construction.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
 import torch
 
-from ...toolchain.errors import BitforgeError
+from bitforge.toolchain.errors import BitforgeError
 
+LAYOUT = "nvfp4-v1"   # the manifest's "packing"; the variant is the manifest's "variant"
 BLOCK = 16
 OUTER_BLOCK = 128
 E2M1_MAX = 6.0
@@ -45,7 +47,7 @@ VARIANTS = ("tensor", "block128")
 # Magnitudes of the 3-bit E2M1 code (1 exponent bias, 1 mantissa bit): subnormal 0.5, then 1, 1.5, 2, 3, 4, 6.
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 # Rounding boundaries between consecutive magnitudes; a value exactly on one goes to the even code (RNE).
-_E2M1_MIDPOINTS = torch.tensor([(a + b) / 2 for a, b in zip(E2M1_VALUES, E2M1_VALUES[1:])], dtype=torch.float32)
+_E2M1_MIDPOINTS = torch.tensor([(a + b) / 2 for a, b in itertools.pairwise(E2M1_VALUES)], dtype=torch.float32)
 
 
 def _e4m3_table() -> torch.Tensor:
@@ -153,7 +155,7 @@ class NVFP4Weight:
         return {"codes": self.codes, "block_scales": self.block_scales, "global_scales": self.global_scales}
 
     @staticmethod
-    def from_tensors(tensors: dict[str, torch.Tensor], shape: tuple[int, int], variant: str) -> "NVFP4Weight":
+    def from_tensors(tensors: dict[str, torch.Tensor], shape: tuple[int, int], variant: str) -> NVFP4Weight:
         """Rebuild from a checkpoint, checking every field's shape against ``shape`` and ``variant``."""
         _check_variant(variant)
         out, n_in = shape

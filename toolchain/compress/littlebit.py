@@ -32,9 +32,11 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from ...runtime.formats import binary
 from ...runtime.formats.binary import BinaryLowRankPath
 from ..errors import BitforgeError
 from .api import CompressConfig, CompressedLayer, LayerStats, bits_per_weight, register
+from .checkpoint import register_decoder
 
 PATHS = 2
 
@@ -53,7 +55,7 @@ class LittleBitOptions:
             raise BitforgeError(f"littlebit2 options: itq_iters must be >= 0, got {self.itq_iters}")
 
     @staticmethod
-    def from_options(options: dict) -> "LittleBitOptions":
+    def from_options(options: dict) -> LittleBitOptions:
         known = {f.name for f in fields(LittleBitOptions)}
         unknown = sorted(set(options) - known)
         if unknown:
@@ -76,9 +78,9 @@ def rank_for_budget(out: int, n_in: int, bpw: float, paths: int = PATHS, layer: 
     budget = bpw * out * n_in
     per_rank = paths * (8 * (-(-out // 8) + -(-n_in // 8)) + 16)
     rank = max(int((budget - paths * 16 * (out + n_in)) // per_rank), 0)
-    while paths * path_bits(out, n_in, rank + 1) <= budget:   # guard the float division on either side
+    while littlebit_bpw(out, n_in, rank + 1, paths) <= bpw:   # the estimate may be off by one either way
         rank += 1
-    while rank > 0 and paths * path_bits(out, n_in, rank) > budget:
+    while rank > 0 and littlebit_bpw(out, n_in, rank, paths) > bpw:
         rank -= 1
     if rank == 0:
         where = f"layer {layer} " if layer else ""
@@ -89,10 +91,15 @@ def rank_for_budget(out: int, n_in: int, bpw: float, paths: int = PATHS, layer: 
 
 
 def latent_factors(W: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Truncated SVD with the singular values split evenly: ``W ~ U' V'^T``, ``U' [out, r]``, ``V' [in, r]``."""
+    """Truncated SVD with the singular values split evenly: ``W ~ U' V'^T``, ``U' [out, r]``, ``V' [in, r]``.
+
+    Each singular pair's sign is fixed (largest entry of the left vector positive) so that the seeded ITQ
+    start sees the same ``Z`` whichever sign convention the LAPACK build picks."""
     U, S, Vh = torch.linalg.svd(W, full_matrices=False)
-    root = S[:rank].sqrt()
-    return U[:, :rank] * root, Vh[:rank].T * root
+    U, S, Vh = U[:, :rank], S[:rank], Vh[:rank]
+    flip = torch.where(U.gather(0, U.abs().argmax(dim=0, keepdim=True))[0] >= 0, 1.0, -1.0)
+    root = S.sqrt() * flip
+    return U * root, Vh.T * root
 
 
 def random_rotation(rank: int, seed: int) -> torch.Tensor:
@@ -120,7 +127,7 @@ def joint_itq(Z: torch.Tensor, iters: int = 50, seed: int = 0) -> tuple[torch.Te
     history = []
     for _ in range(iters):
         ZR = Z @ R
-        B = _sign(ZR)
+        B = torch.sign(ZR)   # an exact 0 only drops out of Z^T B; 10x cheaper than the +-1-only _sign
         history.append(float(torch.linalg.norm(B - ZR)))
         P, _, Qh = torch.linalg.svd(Z.T @ B)
         R = P @ Qh
@@ -196,6 +203,8 @@ def littlebit2(W: torch.Tensor, stats: LayerStats, cfg: CompressConfig) -> Compr
     else:
         raise BitforgeError("littlebit2 needs a bit budget (--bpw, e.g. 0.55) or a rank (--rank)")
     W = W.detach().to(torch.float32)
+    if not bool(torch.isfinite(W).all()):
+        raise BitforgeError(f"littlebit2: layer {layer or '?'}: the weight holds NaN or inf")
     in_scale = _activation_scale(stats, n_in) if opts.act_scale else None
 
     stored = []
@@ -211,8 +220,26 @@ def littlebit2(W: torch.Tensor, stats: LayerStats, cfg: CompressConfig) -> Compr
         parts.update({f"{name}.{k}": v for k, v in path.stored_bits().items()})
     meta = {
         "method": "littlebit2", "bits": 1, "group": None, "zero_point": "none", "rank": rank,
-        "packing": "binary low-rank: signs 8 per byte LSB first along out/in (rank-major), float16 u1/latent/v2",
+        "packing": binary.LAYOUT,
         "paths": list(names), "shape": [out, n_in], "itq_iters": opts.itq_iters,
         "act_scale": opts.act_scale, "bpw": bits_per_weight(parts, out * n_in),
     }
-    return CompressedLayer(sum(path.dense() for path in stored), tensors, meta)
+    return CompressedLayer(decode_paths(stored), tensors, meta)
+
+
+def decode_paths(paths: list[BinaryLowRankPath]) -> torch.Tensor:
+    """The weight a stack of paths computes with (primary first, then the residual added to it)."""
+    weight = paths[0].dense()
+    for path in paths[1:]:
+        weight = weight + path.dense()
+    return weight
+
+
+@register_decoder("littlebit2")
+def decode_littlebit2(tensors: dict[str, torch.Tensor], meta: dict) -> torch.Tensor:
+    """Checkpoint decoder: the sum of the stored paths named in ``meta["paths"]``."""
+    paths = [BinaryLowRankPath.from_tensors(tensors, name) for name in meta["paths"]]
+    if paths and paths[0].shape != tuple(meta["shape"]):
+        raise BitforgeError(f"littlebit2 checkpoint: paths of shape {paths[0].shape}, manifest says "
+                            f"{tuple(meta['shape'])}")
+    return decode_paths(paths)

@@ -26,7 +26,9 @@ not matter: no calibration to the quantization step is needed. The criterion is 
 reconstructing gains (a white-noise ``W`` has the same Marchenko-Pastur spectrum as the probe, so the product is
 constant up to the probe's sampling noise, ~0.1%); taking the exact argmin there would pick an arbitrary k. bitforge
 therefore takes the *smallest* k whose criterion is within ``k_tol`` (relative, default 1%) of the minimum: rank is
-spent on preserving only when it buys a clear predicted gain (``k_tol = 0`` gives the plain argmin).
+spent on preserving only when it buys a clear predicted gain (``k_tol = 0`` gives the plain argmin). When k* > 0,
+SRR also builds the k = 0 (QERA) candidate and keeps the one with the lower calibration output error (option
+``check_k0``, default on; :func:`choose_split` says why). The manifest records both ``k_star`` and the ``k`` kept.
 
 Storage: the base quantizer's tensors under ``q.`` plus ``lr_left`` ``[out, r]`` and ``lr_right`` ``[r, in]`` in float16
 (``L = U sqrt(s)``, ``R = sqrt(s) V^T S^-1``: the singular values are split evenly so that neither factor leaves
@@ -40,31 +42,37 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..errors import BitforgeError
-from . import uniform  # noqa: F401  (registers the base quantizers the residual goes through)
+from . import uniform  # noqa: F401  (registers rtn, the default base; other bases are looked up when called)
 from .api import METHODS, CompressConfig, CompressedLayer, LayerStats, register
+from .checkpoint import find_decoder, register_decoder
 from .uniform import check_weight
 
 SCALINGS = ("approx", "exact")
 _FP16_MAX = 65504.0
 # Options consumed here; everything else in cfg.options is passed on to the base quantizer.
-_OWN_OPTIONS = ("base", "scaling", "damp", "k", "k_tol")
+_OWN_OPTIONS = ("base", "scaling", "damp", "k", "k_tol", "check_k0")
 
 
 @dataclass(frozen=True)
 class InputScaling:
-    """``S`` and ``S^-1`` on the input dimension: a vector (diagonal, QERA-approx) or a symmetric matrix (exact)."""
+    """``S`` on the input dimension: ``diag(root)`` (QERA-approx, ``basis`` None) or ``basis diag(root) basis^T``
+    (exact; kept factored so that applying it costs two thin matmuls instead of forming ``in x in`` matrices)."""
 
     kind: str
-    s: torch.Tensor
-    s_inv: torch.Tensor
+    root: torch.Tensor
+    basis: torch.Tensor | None = None
 
     def scale(self, A: torch.Tensor) -> torch.Tensor:
         """``A S`` for ``A`` ``[rows, in]`` (float64)."""
-        return A * self.s if self.s.dim() == 1 else A @ self.s
+        if self.basis is None:
+            return A * self.root
+        return ((A @ self.basis) * self.root) @ self.basis.T
 
     def unscale(self, A: torch.Tensor) -> torch.Tensor:
         """``A S^-1``: maps a right factor fitted in the scaled space back to weight space."""
-        return A * self.s_inv if self.s_inv.dim() == 1 else A @ self.s_inv
+        if self.basis is None:
+            return A / self.root
+        return ((A @ self.basis) / self.root) @ self.basis.T
 
 
 def checked_hessian(stats: LayerStats, n_in: int, method: str) -> torch.Tensor:
@@ -101,12 +109,10 @@ def input_scaling(stats: LayerStats, n_in: int, kind: str = "approx", damp: floa
     h = torch.diagonal(H).clamp_min(0.0)
     delta = damp * float(h.mean())
     if kind == "approx":
-        s = torch.sqrt(h + delta)
-        return InputScaling(kind, s, 1.0 / s)
-    lam, V = torch.linalg.eigh(H + delta * torch.eye(n_in, dtype=torch.float64))
-    lam = lam.clamp_min(delta)  # rounding can leave the damped spectrum a hair below delta
-    root = torch.sqrt(lam)
-    return InputScaling(kind, (V * root) @ V.T, (V / root) @ V.T)
+        return InputScaling(kind, torch.sqrt(h + delta))
+    lam, V = torch.linalg.eigh(H + delta * torch.eye(n_in, dtype=torch.float64, device=H.device))
+    # Rounding can leave the damped spectrum a hair below delta (or a PSD matrix's eigenvalue below 0).
+    return InputScaling(kind, torch.sqrt(lam.clamp_min(delta)), V)
 
 
 def tail_energy(sv: torch.Tensor) -> torch.Tensor:
@@ -182,10 +188,70 @@ def base_quantize(W: torch.Tensor, stats: LayerStats, cfg: CompressConfig, metho
     return METHODS[base](W.to(torch.float32).contiguous(), stats, replace(cfg, method=base, rank=0, options=options))
 
 
+@dataclass(frozen=True)
+class Reconstruction:
+    """``W_hat = Q + L R`` for one split ``k``: the base quantizer's layer and the float16 factors."""
+
+    q: CompressedLayer
+    left: torch.Tensor   # [out, rank] float16, columns 0..k-1 preserved, k.. reconstruct the error
+    right: torch.Tensor  # [rank, in] float16
+    k: int
+
+    @property
+    def weight_hat(self) -> torch.Tensor:
+        return self.q.weight_hat.to(torch.float32) + self.left.to(torch.float32) @ self.right.to(torch.float32)
+
+
+def reconstruct(W64: torch.Tensor, stats: LayerStats, cfg: CompressConfig, method: str, scaling: InputScaling,
+                k: int, svd_w: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None) -> Reconstruction:
+    """SRR's three steps for a given k: preserve ``L1 R1`` (rank k), quantize the residual of its *float16* version,
+    fit the remaining error with rank ``r - k``. ``k = 0`` is QERA."""
+    layer, rank = stats.name, cfg.rank
+    if k:
+        L1, R1 = lowrank_fit(W64, k, scaling, svd_w)
+    else:
+        L1, R1 = W64.new_zeros(W64.shape[0], 0), W64.new_zeros(0, W64.shape[1])
+    L1h, R1h = to_fp16(L1, "lr_left", layer), to_fp16(R1, "lr_right", layer)
+    residual = W64 - L1h.to(torch.float64) @ R1h.to(torch.float64)
+    q = base_quantize(residual, stats, cfg, method)
+    L2, R2 = lowrank_fit(residual - q.weight_hat.to(torch.float64), rank - k, scaling)
+    return Reconstruction(q, torch.cat([L1h, to_fp16(L2, "lr_left", layer)], 1),
+                          torch.cat([R1h, to_fp16(R2, "lr_right", layer)], 0), k)
+
+
+def output_error(W64: torch.Tensor, W_hat: torch.Tensor, H: torch.Tensor) -> float:
+    """``tr(D H D^T)``, ``D = W - W_hat``: the layer-output error on calibration data (per token)."""
+    D = W64 - W_hat.to(torch.float64)
+    return float(((D @ H) * D).sum())
+
+
+def choose_split(W64: torch.Tensor, stats: LayerStats, cfg: CompressConfig, scaling: InputScaling,
+                 svd_w: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> tuple[Reconstruction, int]:
+    """SRR's k* from the spectra, then (option ``check_k0``, default on) the k = 0 candidate as well, keeping the one
+    with the lower calibration output error. Returns the kept reconstruction and k*.
+
+    The guard exists because the criterion models the quantization error as proportional to the residual's energy:
+    true when ``W`` has a dominant low-rank part (removing it shrinks the quantizer's range), false for an unstructured
+    ``W`` under a strongly anisotropic ``S`` (``W S`` then has a steep spectrum, so the criterion preserves ~r/2
+    directions, but the residual's range, and so the quantization error, hardly shrinks). On such synthetic layers the
+    criterion alone lost up to 2x to QERA; the guard costs one more quantization of the layer.
+    """
+    opts = cfg.options
+    sv_probe = torch.linalg.svdvals(scaling.scale(probe_matrix(tuple(W64.shape), cfg.seed).to(W64.device)))
+    k_star = choose_k(srr_criterion(svd_w[1], sv_probe, cfg.rank), float(opts.get("k_tol", 0.01)))
+    best = reconstruct(W64, stats, cfg, "srr", scaling, k_star, svd_w)
+    if k_star and opts.get("check_k0", True):
+        H = stats.hessian.to(torch.float64)
+        qera = reconstruct(W64, stats, cfg, "srr", scaling, 0, None)
+        if output_error(W64, qera.weight_hat, H) < output_error(W64, best.weight_hat, H):
+            best = qera
+    return best, k_star
+
+
 def quantize_lowrank(W: torch.Tensor, stats: LayerStats, cfg: CompressConfig, method: str,
                      preserve: int | None) -> CompressedLayer:
-    """``W_hat = L1 R1 + Q(W - L1 R1) + L2 R2`` with ``rank(L1 R1) = k``: ``preserve=0`` is QERA, ``None`` lets SRR's
-    criterion choose k, an int fixes it."""
+    """``W_hat = L1 R1 + Q(W - L1 R1) + L2 R2`` with ``rank(L1 R1) = k``: ``preserve=0`` is QERA, ``None`` lets SRR
+    choose k (:func:`choose_split`), an int fixes it."""
     layer = stats.name
     check_weight(W, layer)
     rank = cfg.rank
@@ -193,45 +259,30 @@ def quantize_lowrank(W: torch.Tensor, stats: LayerStats, cfg: CompressConfig, me
     opts = cfg.options
     scaling = input_scaling(stats, W.shape[1], opts.get("scaling", "approx"), float(opts.get("damp", 0.01)), method)
     W64 = W.to(torch.float64)
-
-    criterion = None
+    k_star = None
     if preserve == 0:
-        L1 = W64.new_zeros(W.shape[0], 0)
-        R1 = W64.new_zeros(0, W.shape[1])
-        k = 0
+        rec = reconstruct(W64, stats, cfg, method, scaling, 0, None)
     else:
         svd_w = torch.linalg.svd(scaling.scale(W64), full_matrices=False)
         if preserve is None:
-            sv_probe = torch.linalg.svdvals(scaling.scale(probe_matrix(tuple(W.shape), cfg.seed)))
-            criterion = srr_criterion(svd_w[1], sv_probe, rank)
-            k = choose_k(criterion, float(opts.get("k_tol", 0.01)))
+            rec, k_star = choose_split(W64, stats, cfg, scaling, svd_w)
+        elif not 0 <= preserve <= rank:
+            raise BitforgeError(f"layer {layer or '?'}: method {method}: option k={preserve} must lie in 0..{rank} "
+                                f"(the preserved part of the rank budget)")
         else:
-            k = int(preserve)
-            if not 0 <= k <= rank:
-                raise BitforgeError(f"layer {layer or '?'}: method {method}: option k={k} must lie in 0..{rank} "
-                                    f"(the preserved part of the rank budget)")
-        L1, R1 = lowrank_fit(W64, k, scaling, svd_w)
-    L1h, R1h = to_fp16(L1, "lr_left", layer), to_fp16(R1, "lr_right", layer)
-    preserved = L1h.to(torch.float64) @ R1h.to(torch.float64)
+            rec = reconstruct(W64, stats, cfg, method, scaling, int(preserve), svd_w)
 
-    residual = W64 - preserved
-    q = base_quantize(residual, stats, cfg, method)
-    error = residual - q.weight_hat.to(torch.float64)
-    L2, R2 = lowrank_fit(error, rank - k, scaling)
-    L = torch.cat([L1h, to_fp16(L2, "lr_left", layer)], 1)
-    R = torch.cat([R1h, to_fp16(R2, "lr_right", layer)], 0)
-
-    weight_hat = q.weight_hat.to(torch.float32) + (L.to(torch.float32) @ R.to(torch.float32))
+    q = rec.q
     out, n_in = W.shape
-    factor_bpw = 16.0 * rank * (out + n_in) / (out * n_in)
     meta = dict(q.meta)
-    meta.update(method=method, rank=rank, k=k, base=q.meta.get("method", opts.get("base", "rtn")),
-                base_bpw=q.bpw, scaling=scaling.kind, lowrank_dtype="float16", bpw=q.bpw + factor_bpw)
-    if criterion is not None:
-        meta["k_criterion"] = [float(c) for c in criterion]
+    meta.update(method=method, rank=rank, k=rec.k, base=q.meta.get("method", opts.get("base", "rtn")),
+                base_bpw=q.bpw, scaling=scaling.kind, lowrank_dtype="float16",
+                bpw=q.bpw + 16.0 * rank * (out + n_in) / (out * n_in))
+    if k_star is not None:
+        meta["k_star"] = k_star
     tensors = {f"q.{name}": t for name, t in q.tensors.items()}
-    tensors.update(lr_left=L, lr_right=R)
-    return CompressedLayer(weight_hat=weight_hat, tensors=tensors, meta=meta)
+    tensors.update(lr_left=rec.left, lr_right=rec.right)
+    return CompressedLayer(weight_hat=rec.weight_hat, tensors=tensors, meta=meta)
 
 
 @register("qera")
@@ -245,3 +296,20 @@ def srr(W: torch.Tensor, stats: LayerStats, cfg: CompressConfig) -> CompressedLa
     """Structured Residual Reconstruction: k* from the spectra of ``S W`` and a random probe, unless option ``k``."""
     k = cfg.options.get("k")
     return quantize_lowrank(W, stats, cfg, "srr", preserve=None if k is None else int(k))
+
+
+def decode_lowrank(tensors: dict[str, torch.Tensor], meta: dict) -> torch.Tensor:
+    """Checkpoint decoder of a Q + L R layer: the base's decoder on the ``q.`` tensors, plus ``lr_left @ lr_right``
+    (float32, the order ``weight_hat`` was computed in)."""
+    base_tensors = {name[2:]: t for name, t in tensors.items() if name.startswith("q.")}
+    base_meta = {**meta, "method": meta.get("base")}
+    decode = find_decoder(base_meta, base_tensors)
+    if decode is None:
+        raise BitforgeError(f"{meta.get('method')} layer: no checkpoint decoder for its base {meta.get('base')!r} "
+                            f"(packing {meta.get('packing')!r})")
+    return decode(base_tensors, base_meta).to(torch.float32) + (
+        tensors["lr_left"].to(torch.float32) @ tensors["lr_right"].to(torch.float32))
+
+
+for _name in ("qera", "srr"):
+    register_decoder(_name)(decode_lowrank)

@@ -14,6 +14,7 @@ import torch
 from ...runtime.formats import nvfp4 as fmt
 from ..errors import BitforgeError
 from .api import CompressConfig, CompressedLayer, LayerStats, bits_per_weight, register
+from .checkpoint import register_decoder
 
 
 def compress_nvfp4(W: torch.Tensor, variant: str, layer: str = "") -> CompressedLayer:
@@ -30,8 +31,7 @@ def compress_nvfp4(W: torch.Tensor, variant: str, layer: str = "") -> Compressed
     meta = {
         "method": "nvfp4" if variant == "tensor" else "nvfp4-b128",
         "bits": 4, "group": fmt.BLOCK, "zero_point": "none", "rank": 0,
-        "packing": "nvfp4: E2M1 nibbles, even index low; E4M3 scale per 16 along in; FP32 "
-                   + ("per tensor" if variant == "tensor" else f"per {fmt.OUTER_BLOCK} along in"),
+        "packing": fmt.LAYOUT,
         "variant": variant, "shape": [out, n_in], "bpw": bpw,
     }
     return CompressedLayer(fmt.dequantize(q), tensors, meta)
@@ -47,3 +47,10 @@ def nvfp4_tensor(W: torch.Tensor, stats: LayerStats, cfg: CompressConfig) -> Com
 def nvfp4_block128(W: torch.Tensor, stats: LayerStats, cfg: CompressConfig) -> CompressedLayer:
     """NVFP4 with an FP32 scale per 128-element outer block (TetraJet-v2 double-block)."""
     return compress_nvfp4(W, "block128", stats.name)
+
+
+@register_decoder("nvfp4")
+@register_decoder("nvfp4-b128")
+def decode_nvfp4(tensors: dict[str, torch.Tensor], meta: dict) -> torch.Tensor:
+    """Checkpoint decoder: the stored fields back to the float32 weight."""
+    return fmt.dequantize(fmt.NVFP4Weight.from_tensors(tensors, tuple(meta["shape"]), meta["variant"]))

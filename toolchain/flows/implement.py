@@ -9,18 +9,17 @@ stands for a run that failed.
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import math
 import os
 import time
 import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
 from ..errors import BitforgeError
+from ..report_file import update_report
 from .cache import StageCache, write_atomic
 from .constraints import clock_port, gowin_cst
 from .nextpnr import place_and_route
@@ -183,23 +182,5 @@ def _failure(out: Path, work: Path, t: Target, error: Exception) -> dict:
             "error": str(error), "log": os.path.relpath(log, out) if log else None, "bitstream": None}
 
 
-@contextmanager
-def _report_lock(out: Path) -> Iterator[None]:
-    """Serialise read-modify-write of report.json between flows of different targets running at once."""
-    with open(out / ".report.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def _merge_report(out: Path, target: str, entry: dict) -> None:
-    path = out / "report.json"
-    with _report_lock(out):
-        report = json.loads(path.read_text()) if path.is_file() else {}
-        report.setdefault("targets", {})[target] = entry
-        write_atomic(path, json.dumps(report, indent=2) + "\n")
-        if "graph" in report:  # a compiled model's folder: keep report.md in step with report.json
-            from .. import report_md
-            report_md.write(out)
+    update_report(out, lambda report: report.setdefault("targets", {}).__setitem__(target, entry))

@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import emulate, ir
 from ..errors import BitforgeError
+from ..report_file import update_report
 from .simulators import SimulationFailed, expand, run_cocotb
 from .vectors import make_vectors
 
@@ -76,14 +77,9 @@ def simulate(out: Path, simulator: str = "both", vectors: int = 2000, seed: int 
 
 
 def _merge_report(out: Path, results: dict) -> None:
-    path = out / "report.json"
-    report = json.loads(path.read_text()) if path.is_file() else {}
-    section = report.setdefault("verification", {}).setdefault("golden_vs_rtl", {})
-    for sim, r in results.items():
-        section[sim] = {k: r[k] for k in ("vectors", "mismatches", "cycles", "tlast_errors", "first_mismatch")
-                        if k in r}
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(report, indent=2) + "\n")
-    tmp.replace(path)
-    from .. import report_md
-    report_md.write(out)
+    def change(report: dict) -> None:
+        section = report.setdefault("verification", {}).setdefault("golden_vs_rtl", {})
+        for sim, r in results.items():
+            section[sim] = {k: r[k] for k in ("vectors", "mismatches", "cycles", "tlast_errors", "first_mismatch")
+                            if k in r}
+    update_report(out, change)

@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 import textwrap
+from typing import Optional
 from pathlib import Path
 
 from rich.console import Console
@@ -143,7 +144,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     console.print(f"[bold]bitforge demo[/bold]: {DEFAULT_DEMO} -> {out}: ONNX and Verilog verified bit for bit, "
                   f"then a {DEMO_TARGET} bitstream")
     opts = CompileOptions(to=("onnx", "rtl"), reuse="auto", target=DEMO_TARGET)
-    run_flow(DEFAULT_DEMO, out, opts, simulator="both", sim_vectors=1000, pnr_seed=1)
+    run_flow(DEFAULT_DEMO, out, opts, simulator="both", sim_vectors=None, pnr_seed=1)
     out_console.print(f"report: {out / 'report.md'}   |   next: bitforge emulate {out} --input X.npy -o Y.npy")
     return 0
 
@@ -196,10 +197,10 @@ def _parse_reuse(text: str):
     return value
 
 
-def _add_rtl_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--reuse", type=_parse_reuse, default=1, metavar="N|auto",
-                   help="RTL: 1 = fully parallel (default), N = each multiplier serves N products (II = N), "
-                        "auto = smallest per layer that fits --target")
+def _add_rtl_options(p: argparse.ArgumentParser, default_reuse="1") -> None:
+    p.add_argument("--reuse", type=_parse_reuse, default=_parse_reuse(default_reuse), metavar="N|auto",
+                   help=f"RTL: 1 = fully parallel, N = each multiplier serves N products (II = N), auto = smallest "
+                        f"per layer that fits --target (default {default_reuse})")
     p.add_argument("--target", metavar="T", help="FPGA target (for --reuse auto and implementation): ice40-up5k, "
                    "ecp5-25f, ecp5-85f, gowin-gw1nr9, xc7a35t, xcvu9p")
 
@@ -237,7 +238,16 @@ def _print_target(target: str, r: dict) -> None:
     out_console.print(t)
 
 
-def run_flow(model: str, out: Path, opts, simulator: str, sim_vectors: int, pnr_seed: int) -> None:
+#: RTL simulation cycles ``flow`` spends by default: Icarus runs a folded jet-mlp at ~1,000 cycles/s.
+SIM_CYCLE_BUDGET = 32_000
+
+
+def default_sim_vectors(ii: int) -> int:
+    """2,000 vectors, fewer for a folded design (each takes II cycles), never under 250 (edge cases come first)."""
+    return max(250, min(2000, SIM_CYCLE_BUDGET // max(ii, 1)))
+
+
+def run_flow(model: str, out: Path, opts, simulator: str, sim_vectors: Optional[int], pnr_seed: int) -> None:
     """compile (ONNX + RTL) -> simulate and implement, printing each stage's summary.
 
     Simulation and implementation both read only the compiled folder, so they run at once: the simulators and
@@ -254,6 +264,8 @@ def run_flow(model: str, out: Path, opts, simulator: str, sim_vectors: int, pnr_
     _print_compile_summary(report, out)
     if report.get("rtl", {}).get("reuse_auto"):
         out_console.print(f"reuse auto: {report['rtl']['reuse_auto']}")
+    if sim_vectors is None:
+        sim_vectors = default_sim_vectors(int(report.get("rtl", {}).get("ii", 1)))
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="implement") as pool:
         implementing = pool.submit(implement, out, opts.target, seed=pnr_seed, progress=_progress)
         sim_error = None
@@ -379,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "Runtime; cocotb on Icarus and Verilator), then implement on --target.",
                         epilog=_examples("""
                             bitforge flow kan-tracker --target ice40-up5k -o out/kt
-                            bitforge flow jet-mlp --target ecp5-85f --reuse auto -o out/jet
+                            bitforge flow jet-mlp --target ecp5-85f -o out/jet          # reuse auto: folded to fit
                         """))
     fl.add_argument("model", metavar="MODEL")
     fl.add_argument("-o", "--output", required=True, metavar="OUT")
@@ -387,11 +399,13 @@ def build_parser() -> argparse.ArgumentParser:
     fl.add_argument("--input-range", type=_parse_range, metavar="LO,HI")
     fl.add_argument("--vectors", type=int, default=10_000, help="ONNX verification vectors")
     fl.add_argument("--simulator", default="both", choices=["icarus", "verilator", "both", "none"])
-    fl.add_argument("--sim-vectors", type=int, default=2000, help="RTL verification vectors")
+    fl.add_argument("--sim-vectors", type=int, default=None,
+                    help="RTL verification vectors per simulator (default 2000; a folded design with II > 16 gets "
+                         f"{SIM_CYCLE_BUDGET:,} / II, at least 250)")
     fl.add_argument("--seed", type=int, default=0, help="seed for recipes and verification vectors (default 0)")
     fl.add_argument("--pnr-seed", type=int, default=1, help="place-and-route seed (default 1)")
-    _add_rtl_options(fl)
-    fl.set_defaults(func=cmd_flow, reuse="auto")
+    _add_rtl_options(fl, default_reuse="auto")
+    fl.set_defaults(func=cmd_flow)
 
     d = sub.add_parser("demo", formatter_class=fmt, help="run the default example end to end",
                        description=f"Run the whole flow on the '{DEFAULT_DEMO}' recipe: ONNX and Verilog (layers "

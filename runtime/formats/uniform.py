@@ -19,6 +19,8 @@ first code of a byte is in its low bits); for 3, 5, 6 and 7 bits a code may stra
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from bitforge.toolchain.errors import BitforgeError
@@ -36,6 +38,12 @@ def row_bytes(n_in: int, bits: int) -> int:
     return (n_in * bits + 7) // 8
 
 
+def _unit(bits: int) -> tuple[int, int]:
+    """(codes, bytes) of the smallest whole-byte run of codes: 8 codes of 3 bits are 3 bytes, 2 of 4 bits are 1."""
+    g = math.gcd(bits, 8)
+    return 8 // g, bits // g
+
+
 def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
     """Pack ``codes`` (uint8 ``[out, in]``, each < ``2**bits``) into the byte layout of the module docstring."""
     _check_bits(bits)
@@ -45,12 +53,14 @@ def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
     if codes.numel() and int(codes.max()) >= 1 << bits:
         raise BitforgeError(f"uniform packing: a code {int(codes.max())} does not fit in {bits} bits")
     out, n_in = codes.shape
-    nbytes = row_bytes(n_in, bits)
-    shifts = torch.arange(bits, dtype=torch.uint8)
-    stream = ((codes.unsqueeze(-1) >> shifts) & 1).reshape(out, n_in * bits)
-    stream = torch.nn.functional.pad(stream, (0, nbytes * 8 - n_in * bits))
-    weights = (torch.ones(8, dtype=torch.int32) << torch.arange(8, dtype=torch.int32))
-    return (stream.reshape(out, nbytes, 8).to(torch.int32) * weights).sum(-1).to(torch.uint8)
+    per, nb = _unit(bits)
+    units = -(-n_in // per)
+    # A run of `per` codes is one little-endian integer of `nb` bytes (at most 56 bits): OR the codes into it,
+    # then cut it into bytes. Padding codes are 0, so the bytes past the row's end are 0 and are dropped.
+    c = torch.nn.functional.pad(codes, (0, units * per - n_in)).reshape(out, units, per).to(torch.int64)
+    v = (c << (bits * torch.arange(per, dtype=torch.int64))).sum(-1, keepdim=True)
+    b = (v >> (8 * torch.arange(nb, dtype=torch.int64))) & 0xFF
+    return b.reshape(out, units * nb)[:, : row_bytes(n_in, bits)].to(torch.uint8).contiguous()
 
 
 def unpack_codes(packed: torch.Tensor, bits: int, shape: tuple[int, int]) -> torch.Tensor:
@@ -61,10 +71,12 @@ def unpack_codes(packed: torch.Tensor, bits: int, shape: tuple[int, int]) -> tor
     if packed.dtype != torch.uint8 or tuple(packed.shape) != (out, nbytes):
         raise BitforgeError(f"uniform unpacking: expected uint8 [{out}, {nbytes}] for {bits}-bit codes of shape "
                             f"{tuple(shape)}, got {packed.dtype} {tuple(packed.shape)}")
-    stream = ((packed.unsqueeze(-1) >> torch.arange(8, dtype=torch.uint8)) & 1).reshape(out, nbytes * 8)
-    stream = stream[:, : n_in * bits].reshape(out, n_in, bits).to(torch.int32)
-    weights = (torch.ones(bits, dtype=torch.int32) << torch.arange(bits, dtype=torch.int32))
-    return (stream * weights).sum(-1).to(torch.uint8)
+    per, nb = _unit(bits)
+    units = -(-n_in // per)
+    b = torch.nn.functional.pad(packed, (0, units * nb - nbytes)).reshape(out, units, nb).to(torch.int64)
+    v = (b << (8 * torch.arange(nb, dtype=torch.int64))).sum(-1, keepdim=True)
+    c = (v >> (bits * torch.arange(per, dtype=torch.int64))) & ((1 << bits) - 1)
+    return c.reshape(out, units * per)[:, :n_in].to(torch.uint8).contiguous()
 
 
 def dequantize(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, group: int | None) -> torch.Tensor:

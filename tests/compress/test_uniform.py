@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from bitforge.runtime.formats import uniform as fmt
 from bitforge.toolchain.compress import api
 from bitforge.toolchain.compress.uniform import quantize_uniform, rtn
 from bitforge.toolchain.errors import BitforgeError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def _reference_pack(codes: list[list[int]], bits: int) -> list[list[int]]:

@@ -20,7 +20,7 @@ from .api import CompressConfig, CompressedLayer, LayerStats, bits_per_weight, c
 
 MIN_BITS, MAX_BITS = 2, 8
 # The smallest positive float16 (subnormal): a stored scale must not flush to zero.
-_FP16_TINY = 2.0 ** -24
+FP16_TINY = 2.0 ** -24
 _FP16_MAX = 65504.0
 
 
@@ -65,7 +65,7 @@ def minmax_params(W: torch.Tensor, bits: int, group: int | None) -> tuple[torch.
 def safe_scale_floor(absmax: torch.Tensor) -> torch.Tensor:
     """A constant group has zero range; flooring its scale at ``absmax * 2^-12`` keeps ``z = w/s`` a power of two
     small enough for float16 (so the group still decodes exactly) and keeps the scale a positive float16."""
-    return torch.clamp(absmax * 2.0 ** -12, min=_FP16_TINY)
+    return torch.clamp(absmax * 2.0 ** -12, min=FP16_TINY)
 
 
 def store_params(scale: torch.Tensor, zero: torch.Tensor, layer: str = "") -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,8 +77,8 @@ def store_params(scale: torch.Tensor, zero: torch.Tensor, layer: str = "") -> tu
                             f"got range [{float(scale.min()):.3g}, {float(scale.max()):.3g}]")
     if not torch.isfinite(zero).all() or (zero.abs() > _FP16_MAX).any():
         raise BitforgeError(f"{where}uniform zero-points must fit float16 (|z| <= {_FP16_MAX})")
-    s16 = torch.clamp(scale, min=_FP16_TINY).to(torch.float16)
-    s16 = torch.where(s16 == 0, torch.tensor(_FP16_TINY, dtype=torch.float16), s16)
+    s16 = torch.clamp(scale, min=FP16_TINY).to(torch.float16)
+    s16 = torch.where(s16 == 0, torch.tensor(FP16_TINY, dtype=torch.float16), s16)
     return s16, zero.to(torch.float32).to(torch.float16)
 
 
@@ -114,8 +114,9 @@ class UniformQuantized:
 
     def bpw(self) -> float:
         """Stored bits per weight: packed code bytes (row padding included) plus 16 bits per scale and zero."""
-        t = self.tensors()
-        parts = {"codes": (t["codes"].numel(), 8), "scale": (self.scale.numel(), 16), "zero": (self.zero.numel(), 16)}
+        out, n_in = self.shape
+        parts = {"codes": (out * fmt.row_bytes(n_in, self.bits), 8), "scale": (self.scale.numel(), 16),
+                 "zero": (self.zero.numel(), 16)}
         return bits_per_weight(parts, self.codes.numel())
 
     def meta(self, method: str) -> dict:

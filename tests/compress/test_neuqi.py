@@ -1,0 +1,149 @@
+"""NeUQI: the exact zero-point solver against brute force, and the quantizer against RTN on its own objective."""
+from __future__ import annotations
+
+import pytest
+import torch
+from bitforge.runtime.formats import uniform as fmt
+from bitforge.toolchain.compress import api
+from bitforge.toolchain.compress.neuqi import (
+    NeuqiConfig,
+    exact_zero,
+    lloyd_zero,
+    neuqi,
+    quantize_neuqi,
+    weighted_loss,
+)
+from bitforge.toolchain.compress.uniform import quantize_uniform
+from bitforge.toolchain.errors import BitforgeError
+
+
+def _loss_at(x: torch.Tensor, h: torch.Tensor, q: int, z: torch.Tensor) -> torch.Tensor:
+    """The objective evaluated directly (float64): sum h (clamp(round(x - z), 0, q) + z - x)^2 for z [..., G]."""
+    x, h = x.double(), h.double()
+    c = torch.clamp(torch.round(x - z.unsqueeze(-1)), 0, q)
+    return (h * (c + z.unsqueeze(-1) - x) ** 2).sum(-1)
+
+
+def _brute_force(x: torch.Tensor, h: torch.Tensor, q: int, points: int = 20001) -> torch.Tensor:
+    """Minimum over a fine z grid covering every z where the loss is not monotone."""
+    lo, hi = x.double().amin(-1, keepdim=True) - q - 1, x.double().amax(-1, keepdim=True) + 1
+    zs = lo + (hi - lo) * torch.linspace(0, 1, points, dtype=torch.float64)          # [G, points]
+    c = torch.clamp(torch.round(x.double().unsqueeze(1) - zs.unsqueeze(-1)), 0, q)
+    return (h.double().unsqueeze(1) * (c + zs.unsqueeze(-1) - x.double().unsqueeze(1)) ** 2).sum(-1).amin(-1)
+
+
+@pytest.mark.parametrize("q", [3, 7, 15])
+@pytest.mark.parametrize("spread", [0.5, 1.0, 4.0, 12.0])
+def test_exact_zero_matches_brute_force(q, spread):
+    """``spread`` is the data range in grid steps relative to q: < 1 leaves slack, 12 forces heavy clipping (and
+    windows far wider than the initial two levels)."""
+    gen = torch.Generator().manual_seed(q * 100 + int(spread * 10))
+    G, n = 12, 9
+    x = torch.randn(G, n, generator=gen)
+    x = x / (x.amax(-1, keepdim=True) - x.amin(-1, keepdim=True)) * q * spread + 50 * torch.randn(G, 1, generator=gen)
+    h = torch.rand(G, n, generator=gen) ** 3
+    h[0, :4] = 0.0                                            # dead inputs weigh nothing
+    loss, z = exact_zero(x, h, q)
+    direct = _loss_at(x, h, q, z.double())
+    bf = _brute_force(x, h, q)
+    assert torch.allclose(loss.double(), direct, rtol=1e-4, atol=1e-6)
+    # Exact: never above the grid's minimum, and the grid (step ~1e-3) gets within a hair of it.
+    assert (direct <= bf * (1 + 1e-5) + 1e-9).all()
+    assert (direct >= bf - 1e-3 * (bf + h.sum(-1).double())).all()
+
+
+def test_exact_zero_beats_lloyd_local_minima():
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(400, 32, generator=gen)
+    x = w / (w.amax(-1, keepdim=True) - w.amin(-1, keepdim=True)) * 3       # the min-max scale at 2 bits
+    h = torch.rand(400, 32, generator=gen) + 0.05
+    exact, _ = exact_zero(x, h, 3)
+    local, _ = lloyd_zero(x.clone(), h, 3, iters=4)
+    assert (exact <= local * (1 + 1e-5) + 1e-6).all()
+    assert (local / exact).mean() > 1.03                        # Lloyd stalls in worse local minima
+
+
+def _heavy_tailed(out: int, n_in: int, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    W = torch.distributions.StudentT(2.5).sample((out, n_in)) * 0.02
+    W[torch.rand(out, n_in, generator=gen) < 0.01] *= 8.0          # sparse large outliers
+    return W
+
+
+@pytest.mark.parametrize("bits,group", [(2, 32), (3, 64), (4, None), (8, 32)])
+def test_neuqi_never_worse_than_rtn_on_any_row(bits, group):
+    W = _heavy_tailed(24, 128, bits)
+    h = torch.rand(128, generator=torch.Generator().manual_seed(1)) ** 2 + 0.01
+    ours = quantize_neuqi(W, h, bits, group)
+    rtn = quantize_uniform(W, bits, group)
+    l_ours = weighted_loss(W, ours.dequantize(), h, group).sum(-1)
+    l_rtn = weighted_loss(W, rtn.dequantize(), h, group).sum(-1)
+    assert (l_ours <= l_rtn).all()
+    assert l_ours.sum() < l_rtn.sum()
+
+
+def test_neuqi_is_much_better_than_rtn_at_two_bits_on_heavy_tails():
+    W = _heavy_tailed(48, 256, 7)
+    h = torch.rand(256, generator=torch.Generator().manual_seed(2)) ** 2 + 0.01
+    for group in (32, 64):
+        ours = weighted_loss(W, quantize_neuqi(W, h, 2, group).dequantize(), h, group).sum()
+        rtn = weighted_loss(W, quantize_uniform(W, 2, group).dequantize(), h, group).sum()
+        assert ours < 0.6 * rtn, (group, float(ours / rtn))
+
+
+def test_default_search_is_close_to_the_exhaustive_one():
+    """The default scores most scales with Lloyd steps; the paper's search solves z exactly everywhere (a coarser
+    grid here keeps the exhaustive run short)."""
+    W = _heavy_tailed(8, 128, 11)
+    h = torch.rand(128, generator=torch.Generator().manual_seed(4)) + 0.1
+    grid = {"T": 512, "coarse": 16, "fine": 15}
+
+    def loss(cfg: NeuqiConfig) -> torch.Tensor:
+        return weighted_loss(W, quantize_neuqi(W, h, 3, 64, cfg=cfg).dequantize(), h, 64).sum()
+
+    assert loss(NeuqiConfig(**grid)) <= 1.1 * loss(NeuqiConfig(**grid, exhaustive=True))
+
+
+def test_importance_moves_the_error_to_unimportant_columns():
+    W = _heavy_tailed(32, 64, 5)
+    h = torch.full((64,), 1e-3)
+    h[:8] = 1.0
+    q = quantize_neuqi(W, h, 2, None)
+    err = (q.dequantize() - W) ** 2
+    rtn_err = (quantize_uniform(W, 2, None).dequantize() - W) ** 2
+    assert err[:, :8].sum() < 0.5 * rtn_err[:, :8].sum()
+
+
+def test_layer_contract_and_dead_groups():
+    W = _heavy_tailed(16, 128, 9)
+    W[3] = 0.0                                                   # a zero row and a constant group decode exactly
+    W[4, 64:] = -0.25
+    stats = api.LayerStats(torch.diag(torch.cat([torch.zeros(64), torch.rand(64) + 0.5])).double(), 1, "mlp.up")
+    layer = neuqi(W, stats, api.CompressConfig("neuqi", bits=3, group=64))
+    t = layer.tensors
+    codes = fmt.unpack_codes(t["codes"], 3, (16, 128))
+    assert torch.equal(layer.weight_hat, fmt.dequantize(codes, t["scale"], t["zero"], 64))
+    assert t["scale"].dtype == torch.float16 and t["zero"].dtype == torch.float16
+    assert layer.meta["method"] == "neuqi" and layer.meta["zero_point"] == "float16" and layer.meta["rank"] == 0
+    assert layer.meta["packing"] == fmt.LAYOUT and layer.bpw == pytest.approx(3 + 32 / 64)
+    # The dead half (h = 0) still gets a sensible grid: no worse than RTN's plain error there.
+    dead_err = ((layer.weight_hat - W)[:, :64] ** 2).sum()
+    assert dead_err <= 1.5 * ((quantize_uniform(W, 3, 64).dequantize() - W)[:, :64] ** 2).sum()
+    assert torch.equal(layer.weight_hat[3], W[3]) and torch.allclose(layer.weight_hat[4, 64:], W[4, 64:], atol=1e-4)
+    assert api.METHODS["neuqi"] is neuqi
+
+
+@pytest.mark.parametrize("bits", [1, 9])
+def test_bad_bits_are_refused(bits):
+    with pytest.raises(BitforgeError, match="neuqi.*2..8"):
+        quantize_neuqi(torch.randn(4, 64), torch.ones(64), bits, 32)
+
+
+def test_importance_of_the_wrong_length_is_refused():
+    with pytest.raises(BitforgeError, match="importance vector must hold 64"):
+        quantize_neuqi(torch.randn(4, 64), torch.ones(32), 3, 32)
+
+
+def test_bad_group_is_refused():
+    with pytest.raises(BitforgeError, match="does not divide"):
+        neuqi(torch.randn(4, 96), api.LayerStats.identity(96, "k_proj"), api.CompressConfig("neuqi", bits=3, group=64))

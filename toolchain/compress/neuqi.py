@@ -1,0 +1,360 @@
+"""NeUQI: scale and float zero-point that minimise the diagonal-Hessian-weighted quantization error.
+
+Objective per group (arXiv 2505.17595; RESEARCH.md section 3): ``sum_i h_i (Q(w_i) - w_i)^2`` with
+``h = diag(E[x x^T])`` over the group's input columns and ``Q(w) = (clamp(round(w/s - z), 0, q) + z) s``,
+``q = 2^b - 1``.
+
+**Exact zero-point for a given scale** (:func:`exact_zero`). In units of the scale (``x = w/s``) the loss is
+``f(z) = sum_i h_i dist(z, P_i)^2`` with ``P_i = {x_i - k : k = 0..q}``: the code nearest ``x_i - z`` picks the point
+of ``P_i`` nearest ``z``. ``f`` is piecewise quadratic, every piece with curvature ``H = sum h``, delimited by the
+breakpoints ``x_i - k - 1/2``. With the codes of a piece fixed the best ``z`` is ``sum h (x - c) / H`` and the loss
+is ``H`` times the weighted variance of the residuals ``x - c``. Each piece's parabola lies above ``f`` everywhere
+(``f`` is their lower envelope), so ``min f`` is the smallest *unconstrained* piece minimum: no check that the
+stationary point falls inside its piece is needed.
+
+*Transition-point reduction* (our own derivation). Write ``x_i - 1/2 = m_i + phi_i`` (integer ``m_i``, fraction
+``phi_i``). Every breakpoint of element ``i`` is ``L + phi_i`` for an integer level ``L``, so sorting the ``n``
+fractions once orders the breakpoints of every level: on level ``L`` the pieces are the ``n + 1`` prefixes of that
+order, with codes ``clamp(m_i - L + [rank_i >= j], 0, q)``. Only elements not clipped at ``L``
+(``0 <= m_i - L < q``) change code along a level, so a level costs one prefix sum over the sorted elements instead
+of a sort of ``n q`` breakpoints.
+
+*Which levels.* The sweep starts with the two levels around a Lloyd-refined centre and is certified by two convex
+lower bounds evaluated at the window's ends: ``F(z) = sum h_i dist(z, [x_i - q, x_i])^2`` (clipping alone) and
+``P_min + G(z)``, where ``P_min`` is the minimum of the periodic, clip-free loss
+``P(t) = sum h_i dist(t, x_i + Z)^2`` and ``G(z) = sum h_i max(0, dist(z, span_i)^2 - 1/4)`` (an element's interior
+rounding loss is at most ``h_i/4``, which is what its clipping loss must exceed before it adds to ``P``). A window
+end is certified when a bound there exceeds the best piece found and slopes outwards; otherwise the window grows on
+that side (1, 2, 4, ... levels per round), at most to the full range, beyond which ``f`` is monotone. The result is
+the exact optimum over ``z``; the tests check it against brute force.
+
+**Scale search** (:func:`neuqi_params`). ``s = s_minmax * i / T`` with ``T = 2048``: 64 coarse points
+``i = 32, 64, ..., 2048``, then every ``i`` within 31 of the coarse winner. Candidate scales are rounded to float16
+before ``z`` is solved, so ``z`` is optimal for the scale the checkpoint stores. Solving ``z`` exactly at all 126
+candidates costs about ten times the budget on a CPU (NeUQI must stay within 5x of RTN's time), so by default every
+candidate is first scored with two Lloyd steps (``z <- sum h (x - c(z)) / H``; cold from the centred grid in the
+coarse stage, warm from the coarse winner's offset ``z s`` in the fine stage) and the exact solver runs on the
+``exact_top`` best of each stage. On synthetic weights this lands within 2-3 % of the fully exact search's loss
+(``NeuqiConfig(exhaustive=True)`` runs that one). Finally a group keeps the min-max grid if that is better after the
+float16 rounding of ``z``, so NeUQI is never worse than RTN on its own objective.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..errors import BitforgeError
+from .api import CompressConfig, CompressedLayer, LayerStats, check_group, register
+from .uniform import (
+    FP16_TINY,
+    UniformQuantized,
+    check_bits,
+    check_weight,
+    grouped,
+    minmax_params,
+    quantize_uniform,
+)
+
+# Groups handled together: keeps the [groups, n] temporaries cache-sized (about 64k floats).
+_CHUNK_ELEMENTS = 1 << 16
+# Elements scored per Lloyd call (several candidate scales at once: fewer, larger tensor operations).
+_LLOYD_BLOCK = 1 << 18
+
+
+@dataclass(frozen=True)
+class NeuqiConfig:
+    """Scale search: a grid of ``T`` steps below ``s_minmax``, ``coarse`` evenly spaced candidates, then every step
+    within ``fine`` of the coarse winner. ``exact_top`` candidates per stage get the exact zero-point (all of them
+    with ``exhaustive``); the others are scored with ``lloyd_iters`` Lloyd steps."""
+
+    T: int = 2048
+    coarse: int = 64
+    fine: int = 31
+    exact_top: int = 3
+    lloyd_iters: int = 2
+    exhaustive: bool = False
+
+    def __post_init__(self) -> None:
+        if self.coarse < 1 or self.T % self.coarse or self.fine < 0 or self.exact_top < 1 or self.lloyd_iters < 0:
+            raise BitforgeError(f"NeUQI search: coarse must divide T, fine >= 0, exact_top >= 1, got {self}")
+
+
+class _Phases:
+    """One batch of groups with their elements sorted by the fractional phase ``phi`` (see module docstring)."""
+
+    def __init__(self, x: torch.Tensor, h: torch.Tensor, q: int):
+        self.q = q
+        a = x - 0.5
+        m = torch.floor(a)
+        phi = a - m
+        order = _argsort_rows(phi)
+        self.ps = phi.gather(-1, order)
+        self.hs = h.gather(-1, order)
+        self.ms = m.gather(-1, order)
+        self.xs = self.ms + self.ps + 0.5
+        self.H = self.hs.sum(-1)
+        self.invH = 1.0 / self.H
+        self.hp2 = 2.0 * self.hs * self.ps
+        self.w1 = 2.0 * self.ps + 1.0
+        # Sums of the level where every element is interior and takes its lower code (residual phi + 1/2).
+        self.M1P = 0.5 * (self.hp2.sum(-1) + self.H)
+        self.M2P = (self.hs * (self.ps + 0.5) ** 2).sum(-1)
+
+    def subset(self, idx: torch.Tensor) -> _Phases:
+        new = object.__new__(_Phases)
+        new.q = self.q
+        for k in ("ps", "hs", "ms", "xs", "H", "invH", "hp2", "w1", "M1P", "M2P"):
+            setattr(new, k, getattr(self, k)[idx])
+        return new
+
+    def _scan(self, M1_0, M2_0, ha, hpa, L):
+        """Best piece of a level from its base sums and the sorted active weights (j = 0..n)."""
+        cs1 = ha.cumsum(-1)
+        cs2 = hpa.cumsum(-1)
+        c1 = M1_0 - cs1[:, -1]
+        c2 = M2_0 - cs2[:, -1]
+        M1 = cs1.add_(c1[:, None])
+        M2 = cs2.add_(c2[:, None])
+        V = M2.sub_(M1 * M1 * self.invH[:, None])
+        v, j = V.min(-1)
+        t = M1.gather(-1, j[:, None]).squeeze(-1) * self.invH
+        v0 = c2 - c1 * c1 * self.invH
+        first = v0 < v
+        return torch.where(first, v0, v), L + torch.where(first, c1 * self.invH, t)
+
+    def level(self, L: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Smallest piece minimum on level ``L`` (per group) and its ``z``."""
+        q = self.q
+        u = self.ms - L[:, None]
+        r = u - u.clamp(0, q)                    # how far a clipped element lies beyond the grid, in steps
+        act = (u >= 0).logical_and_(u < q)
+        hr = self.hs * r
+        M1_0 = self.M1P + hr.sum(-1)
+        M2_0 = self.M2P + hr.mul_(self.w1 + r).sum(-1)
+        return self._scan(M1_0, M2_0, self.hs * act, self.hp2 * act, L)
+
+    def periodic_min(self) -> torch.Tensor:
+        """``P_min``: the loss with clipping ignored (every element interior), minimised over the phase."""
+        return self._scan(self.M1P, self.M2P, self.hs, self.hp2, torch.zeros_like(self.H))[0].clamp_(min=0)
+
+    def bounds(self, z: torch.Tensor, pmin: torch.Tensor):
+        """Lower bounds of ``f`` valid beyond ``z``: (F, F' sign, P_min + G, G' sign)."""
+        above = torch.relu(z[:, None] - self.xs)
+        below = torch.relu(self.xs - self.q - z[:, None])
+        d = above + below
+        d2 = d * d
+        slope = (above - below).mul_(self.hs)
+        F = (self.hs * d2).sum(-1)
+        G = (self.hs * torch.relu(d2 - 0.25)).sum(-1)
+        return F, slope.sum(-1), pmin + G, (slope * (d > 0.5)).sum(-1)
+
+    def centre(self, iters: int = 2) -> torch.Tensor:
+        """A local minimum of ``f`` (Lloyd's fixed point) from the centred min-max grid: where the sweep starts."""
+        z = 0.5 * (self.xs.amin(-1) + self.xs.amax(-1) - self.q)
+        for _ in range(iters):
+            c = torch.round(self.xs - z[:, None]).clamp_(0, self.q)
+            z = (self.hs * c.neg_().add_(self.xs)).sum(-1) * self.invH
+        return z
+
+
+def _argsort_rows(phi: torch.Tensor) -> torch.Tensor:
+    """Row-wise argsort of values in [0, 1): numpy's vectorised sort of (float bits << 16 | index) keys, several
+    times faster here than ``torch.argsort`` (non-negative float32 bit patterns order like the floats)."""
+    n = phi.shape[-1]
+    if n >= 1 << 16:
+        return torch.argsort(phi, dim=-1)
+    key = (phi.contiguous().numpy().view(np.int32).astype(np.int64) << 16) | np.arange(n, dtype=np.int64)
+    key.sort(axis=-1)
+    return torch.from_numpy(key & 0xFFFF)
+
+
+def _exact(S: _Phases) -> tuple[torch.Tensor, torch.Tensor]:
+    G = S.H.shape[0]
+    lo = torch.floor(S.centre() - 0.5)
+    full_lo = torch.floor(S.xs.amin(-1) - S.q - 0.5)
+    full_hi = torch.floor(S.xs.amax(-1) + 0.5) + 1
+    lo = torch.clamp(lo, min=full_lo)
+    best, bz = S.level(lo)
+    v, z = S.level(lo + 1)
+    b = v < best
+    best, bz = torch.where(b, v, best), torch.where(b, z, bz)
+    hi = lo + 2                                      # levels [lo, hi) are swept
+    pmin = S.periodic_min()
+    todo = torch.arange(G)
+    step = 1
+    while todo.numel():
+        sub = S if todo.numel() == G else S.subset(todo)
+        bt = best[todo]
+        tol = 1e-6 * (bt + sub.H)
+        l, h = lo[todo], hi[todo]
+        Fl, dFl, Gl, dGl = sub.bounds(l, pmin[todo])
+        Fh, dFh, Gh, dGh = sub.bounds(h, pmin[todo])
+        done = bt <= 1e-7 * sub.H                     # a zero loss (to float32 precision) cannot be beaten
+        ok_l = done | (l <= full_lo[todo]) | ((Fl >= bt + tol) & (dFl <= 0)) | ((Gl >= bt + tol) & (dGl <= 0))
+        ok_h = done | (h >= full_hi[todo]) | ((Fh >= bt + tol) & (dFh >= 0)) | ((Gh >= bt + tol) & (dGh >= 0))
+        for ok, edge in ((ok_l, "lo"), (ok_h, "hi")):
+            grow = todo[~ok]
+            if not grow.numel():
+                continue
+            part = S.subset(grow)
+            for k in range(step):                     # the window grows geometrically: few certificate rounds
+                L = lo[grow] - 1 if edge == "lo" else hi[grow]
+                v, z = part.level(L)
+                b = v < best[grow]
+                best[grow] = torch.where(b, v, best[grow])
+                bz[grow] = torch.where(b, z, bz[grow])
+                if edge == "lo":
+                    lo[grow] = L
+                else:
+                    hi[grow] = L + 1
+        todo = todo[~(ok_l & ok_h)]
+        step *= 2
+    return best.clamp_(min=0), bz
+
+
+def _chunks(n_rows: int, n_cols: int):
+    step = max(1, _CHUNK_ELEMENTS // max(n_cols, 1))
+    for start in range(0, n_rows, step):
+        yield slice(start, min(start + step, n_rows))
+
+
+def exact_zero(x: torch.Tensor, h: torch.Tensor, q: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact ``min_z sum_i h_i (clamp(round(x_i - z), 0, q) + z - x_i)^2`` per row of ``x`` ([G, n]).
+
+    ``x`` is the weight in units of the scale, ``h >= 0`` with a positive sum per row. Returns (loss, z), float32.
+    """
+    x = x.to(torch.float32)
+    h = h.to(torch.float32)
+    loss, z = torch.empty(x.shape[0]), torch.empty(x.shape[0])
+    for sl in _chunks(*x.shape):
+        loss[sl], z[sl] = _exact(_Phases(x[sl], h[sl], q))
+    return loss, z
+
+
+def lloyd_zero(x: torch.Tensor, h: torch.Tensor, q: int, z: torch.Tensor | None = None,
+               iters: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cheap score of a scale: ``iters`` Lloyd steps ``z <- sum h (x - c(z)) / H`` (each never increases the loss)
+    from ``z`` (default: the centred min-max grid); returns (loss with re-rounded codes, z). ``x``: ``[..., n]``,
+    ``h`` broadcastable to it."""
+    if z is None:
+        z = 0.5 * (x.amin(-1) + x.amax(-1) - q)
+    H = h.sum(-1)
+    for _ in range(iters):
+        c = torch.round(x - z.unsqueeze(-1)).clamp_(0, q)
+        z = (h * c.neg_().add_(x)).sum(-1) / H
+    e = torch.round(x - z.unsqueeze(-1)).clamp_(0, q).add_(z.unsqueeze(-1)).sub_(x)
+    return e.mul_(e).mul_(h).sum(-1), z
+
+
+def _fp16_scale(smm: torch.Tensor, i: torch.Tensor, T: int) -> torch.Tensor:
+    """``s_minmax * i / T`` as the float16 the checkpoint will store (``smm`` is already a valid float16 range)."""
+    s = smm.reshape(smm.shape + (1,) * (i.dim() - smm.dim())) * i.to(torch.float32) / T
+    return s.clamp_(min=FP16_TINY).half().float()
+
+
+class _Search:
+    """Coarse-to-fine scale search for one chunk of groups (see module docstring)."""
+
+    def __init__(self, w: torch.Tensor, h: torch.Tensor, smm: torch.Tensor, q: int, cfg: NeuqiConfig):
+        self.w, self.h, self.smm, self.q, self.cfg = w, h, smm, q, cfg
+        self.best = torch.full((w.shape[0],), float("inf"))
+        self.i = torch.full((w.shape[0],), cfg.T, dtype=torch.long)
+        self.offset = torch.zeros(w.shape[0])          # z * s: the grid's offset in weight units
+
+    def _exact_at(self, steps: torch.Tensor) -> None:
+        s = _fp16_scale(self.smm, steps, self.cfg.T)
+        loss, z = _exact(_Phases(self.w / s[:, None], self.h, self.q))
+        loss = loss * s * s
+        better = loss < self.best
+        self.best = torch.where(better, loss, self.best)
+        self.i = torch.where(better, steps, self.i)
+        self.offset = torch.where(better, z * s, self.offset)
+
+    def stage(self, steps: torch.Tensor, warm: bool) -> None:
+        """Score ``steps`` ([groups, C]) and solve ``z`` exactly at the best ``exact_top`` (or all)."""
+        cfg = self.cfg
+        if cfg.exhaustive:
+            chosen = steps
+        else:
+            scales = _fp16_scale(self.smm, steps, cfg.T)
+            scores = torch.empty(steps.shape)
+            block = max(1, _LLOYD_BLOCK // self.w.numel())
+            for c in range(0, steps.shape[1], block):
+                s = scales[:, c:c + block]
+                x = self.w.unsqueeze(1) / s.unsqueeze(-1)
+                z0 = self.offset.unsqueeze(-1) / s if warm else None
+                scores[:, c:c + block] = lloyd_zero(x, self.h.unsqueeze(1), self.q, z0, cfg.lloyd_iters)[0] * s * s
+            if warm:                                 # steps clamped onto the coarse winner: already solved exactly
+                scores[steps == self.i.unsqueeze(-1)] = float("inf")
+            k = min(cfg.exact_top, steps.shape[1])
+            chosen = steps.gather(-1, scores.topk(k, -1, largest=False).indices)
+        for c in range(chosen.shape[1]):
+            self._exact_at(chosen[:, c])
+
+    def run(self) -> tuple[torch.Tensor, torch.Tensor]:
+        cfg = self.cfg
+        G = self.w.shape[0]
+        coarse = (torch.arange(1, cfg.coarse + 1) * (cfg.T // cfg.coarse)).expand(G, -1)
+        self.stage(coarse, warm=False)
+        if cfg.fine:
+            d = torch.cat([torch.arange(-cfg.fine, 0), torch.arange(1, cfg.fine + 1)])
+            self.stage(torch.clamp(self.i[:, None] + d, 1, cfg.T), warm=True)
+        s = _fp16_scale(self.smm, self.i, cfg.T)
+        return s, self.offset / s
+
+
+def neuqi_params(W: torch.Tensor, h: torch.Tensor, bits: int, group: int | None,
+                 cfg: NeuqiConfig = NeuqiConfig()) -> tuple[torch.Tensor, torch.Tensor]:
+    """NeUQI's (scale, zero) per group, float32 ``[out, groups]`` (scales already float16-representable).
+
+    ``h``: importance of each input column (``LayerStats.diag``), length ``in``.
+    """
+    if h.dim() != 1 or h.numel() != W.shape[1] or not torch.isfinite(h).all() or (h < 0).any():
+        raise BitforgeError(f"NeUQI: the importance vector must hold {W.shape[1]} finite non-negative values (one per "
+                            f"input column), got shape {tuple(h.shape)}")
+    q = (1 << bits) - 1
+    Wg = grouped(W.to(torch.float32), group)
+    out, ng, g = Wg.shape
+    hg = h.to(torch.float32).reshape(1, ng, g).expand(out, ng, g).reshape(out * ng, g)
+    # A group whose inputs are all dead (h = 0) has no preference: weigh its errors equally.
+    hg = torch.where((hg.sum(-1) <= 0)[:, None], torch.ones_like(hg), hg)
+    hg = hg / hg.amax(-1, keepdim=True)              # per-group scale is irrelevant to the argmin; keeps float32 sane
+    Wg = Wg.reshape(out * ng, g)
+    smm = minmax_params(Wg, bits, None)[0].squeeze(-1)
+    scale, zero = torch.empty(out * ng), torch.empty(out * ng)
+    for sl in _chunks(out * ng, g):
+        scale[sl], zero[sl] = _Search(Wg[sl], hg[sl].contiguous(), smm[sl], q, cfg).run()
+    return scale.reshape(out, ng), zero.reshape(out, ng)
+
+
+def weighted_loss(W: torch.Tensor, What: torch.Tensor, h: torch.Tensor, group: int | None) -> torch.Tensor:
+    """NeUQI's objective per (row, group): ``sum_i h_i (What_i - W_i)^2``, float64 ``[out, groups]``."""
+    return grouped((What.double() - W.double()) ** 2 * h.double(), group).sum(-1)
+
+
+def keep_better(W: torch.Tensor, h: torch.Tensor, a: UniformQuantized, b: UniformQuantized) -> UniformQuantized:
+    """Per group, whichever of two quantizations has the lower weighted loss (ties go to ``a``)."""
+    pick_b = weighted_loss(W, b.dequantize(), h, b.group) < weighted_loss(W, a.dequantize(), h, a.group)
+    g = W.shape[1] // a.scale.shape[1]
+    codes = torch.where(pick_b.repeat_interleave(g, dim=1), b.codes, a.codes)
+    return UniformQuantized(codes, torch.where(pick_b, b.scale, a.scale), torch.where(pick_b, b.zero, a.zero),
+                            a.bits, a.group)
+
+
+def quantize_neuqi(W: torch.Tensor, h: torch.Tensor, bits: int, group: int | None, layer: str = "",
+                   cfg: NeuqiConfig = NeuqiConfig()) -> UniformQuantized:
+    """Round to nearest on NeUQI's grid; per group never worse than min-max on the weighted objective."""
+    check_weight(W, layer)
+    check_bits(bits, "neuqi")
+    check_group(W, group, layer)
+    scale, zero = neuqi_params(W, h, bits, group, cfg)
+    ours = quantize_uniform(W, bits, group, scale, zero, layer=layer, method="neuqi")
+    return keep_better(W, h, ours, quantize_uniform(W, bits, group, layer=layer, method="neuqi"))
+
+
+@register("neuqi")
+def neuqi(W: torch.Tensor, stats: LayerStats, cfg: CompressConfig) -> CompressedLayer:
+    """NeUQI initialisation, round to nearest."""
+    return quantize_neuqi(W, stats.diag, cfg.bits, cfg.group, layer=stats.name).to_layer("neuqi")

@@ -375,7 +375,32 @@ def dense_layers(rng: np.random.Generator) -> dict:
         # padded input, a padded row, and the block-RAM ROM (R >= dense.BLOCK_ROM_MIN_DEPTH).
         "fold_r19_padded": (dense_node("fc_r19", 5, 11, w6, b8, f("fixed<16,7,TRN,SAT>"), rng), x8,
                             f("fixed<8,4,RND_CONV,SAT>"), 19, {}),
+        # The shared form (adder_graph.py) with a register after every adder level: a wrapping accumulator far
+        # narrower than the sums (wires keep its low bits), an unread input, an all-negative row (a negated
+        # sum) and a zero row whose output is its bias.
+        "par_shared_wrap_deep": (_odd_rows(dense_node("fc_shared", 12, 6, w6, b8, f("fixed<12,3,TRN,WRAP>"), rng)),
+                                 x8, f("fixed<7,2,RND,SAT>"), 1, {"cut_depth": 1}),
+        # Per-column sharing only, unsigned inputs, two levels a stage, a fused ReLU.
+        "par_shared_column": (dense_node("fc_column", 7, 5, f("fixed<5,1>"), None, f("fixed<14,6,TRN,SAT>"), rng,
+                                         zeros=0.2), f("ufixed<6,2>"), f("fixed<8,4,RND_CONV,SAT>"), 1,
+                              {"share": "column", "cut_depth": 2, "relu_type": f("ufixed<5,2,RND_INF,SAT>")}),
+        # bf_dense_parallel, still selectable (option parallel="per_weight").
+        "par_per_weight": (dense_node("fc_per_weight", 6, 4, w6, b8, f("fixed<15,6,TRN,SAT>"), rng, zeros=0.4,
+                                      zero_row=True), x8, f("fixed<8,4,RND_CONV,SAT>"), 1, {"parallel": "per_weight"}),
+        "lowrank_shared_deep": (_low_rank("lr_deep", 8, 3, 6, w6, f("fixed<9,4,RND_CONV,SAT>"),
+                                          f("fixed<13,4,TRN,WRAP>"), f("fixed<18,9,TRN,SAT>"), b8, rng), x8,
+                                f("fixed<8,4,RND_CONV,SAT>"), 1, {"cut_depth": 1}),
     }
+
+
+def _odd_rows(node: ir.Dense) -> ir.Dense:
+    """Input 2 unread, row 0 negative powers of two and a negative bias (every term negative, so its sum is a
+    negation), row 1 zero (its output is the bias alone)."""
+    node.weight[0] = [-(1 << (i % 3)) for i in range(node.weight.shape[1])]
+    node.bias[0] = -3
+    node.weight[:, 2] = 0
+    node.weight[1] = 0
+    return node
 
 
 #: Elements of the element-wise layers' tensors.

@@ -51,12 +51,13 @@ def test_measured_latency_and_ii_equal_the_emitters(results, stages, layer):
 
 
 def test_parallel_form_drops_zero_weights(stages):
-    st = stages["par_sparse_sat"]
-    node = dense_layers(np.random.default_rng(SEED))["par_sparse_sat"][0]
-    nonzero = int(np.count_nonzero(node.weight))
-    assert st.resources["multipliers"] == nonzero < node.weight.size
-    assert st.resources["zero_weights_skipped"] == node.weight.size - nonzero
-    assert f".TERMS({max(np.count_nonzero(node.weight, axis=1))})" in st.instance
+    for name in ("par_sparse_sat", "par_per_weight"):
+        st = stages[name]
+        node = dense_layers(np.random.default_rng(SEED))[name][0]
+        nonzero = int(np.count_nonzero(node.weight))
+        assert st.resources["zero_weights_skipped"] == node.weight.size - nonzero > 0
+    assert stages["par_per_weight"].resources["multipliers"] == nonzero
+    assert f".TERMS({max(np.count_nonzero(node.weight, axis=1))})" in stages["par_per_weight"].instance
 
 
 def test_folded_form_uses_ceil_products_over_reuse_multipliers(stages):

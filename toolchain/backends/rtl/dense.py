@@ -1,12 +1,20 @@
 """RTL forms of ``Dense``, ``LowRankDense``, ``ReLU`` and ``Requantize``: instances of the ``rtl/`` library.
 
-A dense layer is ``bf_dense_parallel`` (reuse 1: constant multipliers, zero weights dropped, II 1) or
-``bf_dense_folded`` (reuse R > 1: about products / R multipliers fed from a weight ROM, II R). Both compute
-exactly ``emulate.dense_stage``. ``LowRankDense`` is two dense stages, V then U, joined by a stream of the
-node's ``mid_type``. ReLU and Requantize are one registered requantizer per element.
+A dense layer at reuse 1 is fully parallel, by default as one shared shift-add graph (``parallel="shared"``:
+adder_graph.py plans it, templates/dense_shared.v.j2 spells it inline in the parent module, with
+registers only at depth cuts), or as ``bf_dense_parallel`` (``parallel="per_weight"``: a shift-add multiplier
+and a product register per weight, an adder tree per output). At reuse R > 1 it is ``bf_dense_folded``
+(about products / R multipliers fed from a weight ROM, II R). All compute exactly ``emulate.dense_stage``.
+``LowRankDense`` is two dense stages, V then U, joined by a stream of the node's ``mid_type``. ReLU and
+Requantize are one registered requantizer per element.
 
-Latency and II come from the same formulas as the modules' header comments, so ``report.json`` states
-what the hardware does; the cocotb tests in ``tests/rtl`` measure both against these numbers.
+Emitter options (``StageRequest.options``): ``parallel``, ``share`` ("matrix", "column", "none": what the
+shared graph shares, adder_graph.GraphOptions), ``cut_depth`` (adder levels between its registers) and
+``levels_per_stage`` (the adder trees of the per-weight and folded forms).
+
+Latency and II come from the same formulas as the modules' header comments (the shared form's from its
+pipeline plan), so ``report.json`` states what the hardware does; the cocotb tests in ``tests/rtl`` measure
+both against these numbers.
 """
 from __future__ import annotations
 
@@ -15,8 +23,10 @@ from typing import Optional
 
 import numpy as np
 
-from ...fixed import FixedType
+from ...fixed import FixedType, Overflow
 from ...ir import Dense, LowRankDense, Node
+from . import adder_graph
+from .adder_graph import AdderGraph, GraphOptions, Pipeline, Wire, csd_digits, range_width
 from .generate import RtlError, _env
 from .stages import OVERFLOW_CODE, Ports, Stage, StageRequest, emitter, packed_parameter, type_parameters
 
@@ -24,6 +34,16 @@ from .stages import OVERFLOW_CODE, Ports, Stage, StageRequest, emitter, packed_p
 LEVELS_PER_STAGE = 2
 #: Bits of one input index in bf_dense_parallel's TERM_INDEX.
 INDEX_BITS = 16
+#: The fully parallel forms (option ``parallel``): "shared" (one shared shift-add graph, adder_graph.py) or
+#: "per_weight" (bf_dense_parallel: a shift-add multiplier per weight, an adder tree per output).
+PARALLEL_FORMS = ("shared", "per_weight")
+#: At most this many adder levels between two pipeline registers of the shared form (option ``cut_depth``):
+#: about the 5 adder delays per stage of da4ml's documented latency cutoff, so the stages are as deep as its.
+CUT_DEPTH = 5
+#: Adder levels the shared form's output logic counts for (rounding increment, then saturation and a fused
+#: ReLU's select): it runs in the last stage, after the deepest sum.
+POST_LEVELS = 2
+SHARED_LIBRARY = ("bf_bias_requant.v", "bf_activation.v", "bf_requant.v")
 PARALLEL_LIBRARY = ("bf_dense_parallel.v", "bf_const_mul.v", "bf_mul.v", "bf_adder_tree.v", "bf_bias_requant.v",
                     "bf_activation.v", "bf_requant.v")
 FOLDED_LIBRARY = ("bf_dense_folded.v", "bf_mul.v", "bf_adder_tree.v", "bf_bias_requant.v", "bf_activation.v",
@@ -118,16 +138,6 @@ def folded_multipliers(n_in: int, n_out: int, reuse: int) -> int:
 #: Smallest reuse factor whose weight ROM asks synthesis for block RAM: shallower ROMs cost about one LUT
 #: per bit as logic, less than a block RAM (an ECP5 EBR holds 512 words of 36 bits, an iCE40 one 256 x 16).
 BLOCK_ROM_MIN_DEPTH = 16
-
-
-def csd_digits(v: int) -> list[int]:
-    """Canonical signed digits of ``v``, least significant first (bf_const_mul's recoding, for costing)."""
-    digits = []
-    while v:
-        d = (2 - (v & 3)) if v & 1 else 0
-        digits.append(d)
-        v = (v - d) >> 1
-    return digits
 
 
 def constant_multiplier_adders(c: int) -> int:
@@ -234,6 +244,133 @@ def folded_rom_bits(s: DenseSpec, reuse: int) -> int:
     return reuse * (tiling.lanes * s.w_type.width + 3 + bias)
 
 
+# -- the shared form: one adder graph for the whole matrix (adder_graph.py) -------------------------------------
+
+@dataclass(frozen=True)
+class SharedPlan:
+    """The shared form of one dense stage: the graph, each signal's wire, the pipeline."""
+
+    graph: AdderGraph
+    wires: tuple[Wire, ...]
+    pipe: Pipeline
+    modulus: int | None  # the accumulator's width when it wraps (sums are kept to its low bits)
+    share: str
+    cut_depth: int
+
+    @property
+    def latency(self) -> int:
+        return self.pipe.latency
+
+
+def shared_plan(s: DenseSpec, share: str = "matrix", cut_depth: int = CUT_DEPTH) -> SharedPlan:
+    """Plan ``W x + b`` as one shift-add graph: the bias is a constant term in its output's sum (aligned to
+    the accumulator's LSB), the sums are exact, or kept modulo 2**ACC_W when the accumulator wraps (what its
+    overflow keeps anyway)."""
+    x, acc = s.x_type, s.acc_type
+    offsets = None
+    if s.bias is not None:
+        offsets = [int(b) << (acc.frac - s.b_type.frac) for b in np.asarray(s.bias).ravel()]
+    try:
+        graph = adder_graph.build(s.weight, x.min_code, x.max_code, offsets, GraphOptions(share))
+        modulus = acc.width if acc.overflow == Overflow.WRAP else None
+        wires = adder_graph.wires(graph, modulus)
+        pipe = adder_graph.pipeline(graph, wires, cut_depth, POST_LEVELS, modulus)
+    except adder_graph.AdderGraphError as e:
+        raise RtlError(f"{s.where}: {e}") from None
+    return SharedPlan(graph, tuple(wires), pipe, modulus, graph.share, cut_depth)
+
+
+def _signal_name(plan: SharedPlan, sig: int, stage: int) -> str:
+    """The wire that holds signal ``sig`` in ``stage``: its own (x<i>, a<id>) or a register copy (_r<stage>)."""
+    g = plan.graph
+    base = f"x{g.signals[sig].index}" if g.signals[sig].kind == "input" else f"a{sig}"
+    return base if stage == plan.pipe.stage[sig] else f"{base}_r{stage}"
+
+
+def _operand(plan: SharedPlan, sig: int, shift: int, width: int, stage: int) -> list[dict]:
+    """Concatenation parts (most significant first) that put ``sig << shift`` in ``width`` bits: its low bits,
+    sign- or zero-extended above when its wire is narrower (only an exact wire is), zeros below."""
+    g, w = plan.graph, plan.wires[sig]
+    if g.signals[sig].kind == "constant":
+        return [{"kind": "const", "count": width, "value": (g.signals[sig].value << shift) % (1 << width)}]
+    room = width - shift
+    if room <= 0:  # shifted past the kept bits: nothing left of it modulo 2**width
+        return [{"kind": "zeros", "count": width}]
+    src, have = _signal_name(plan, sig, stage), plan.pipe.width_in(sig, stage, w)
+    take = min(have, room)
+    parts = []
+    if room > have:
+        if not (w.exact and have == w.width):  # wires() and pipeline() rule it out: a reader gets what it needs
+            raise RtlError(f"internal: signal {sig} has {have} bits in stage {stage} but is read as {room}")
+        ext = room - have
+        parts.append({"kind": "sign", "count": ext, "src": src, "bit": have - 1} if w.signed
+                     else {"kind": "zeros", "count": ext})
+    parts.append({"kind": "whole", "src": src} if take == have else {"kind": "low", "src": src, "bit": take - 1})
+    if shift:
+        parts.append({"kind": "zeros", "count": shift})
+    return parts
+
+
+def _output_sum(plan: SharedPlan, s: DenseSpec, o: int) -> dict:
+    """The sum wire bf_bias_requant reads for output o: exact, or the accumulator's low bits when it wraps."""
+    g, last = plan.graph, len(plan.pipe.cuts)
+    t = g.outputs[o]
+    lo, hi = adder_graph.output_range(g, o)
+    width = adder_graph.output_width(g, o, plan.modulus)
+    # Past the accumulator's width only its low bits are kept: read them as it reads them.
+    signed = int(lo < 0) if width == range_width(lo, hi) else int(s.acc_type.signed)
+    row = {"index": o, "sum_w": width, "sum_signed": signed, "negate": False}
+    if t is None or g.signals[t.signal].kind == "constant":  # no weights: the bias (or zero) is the sum
+        value = lo  # lo == hi
+        return {**row, "sum": [{"kind": "const", "count": width, "value": value % (1 << width)}]}
+    return {**row, "negate": t.negative, "sum": _operand(plan, t.signal, t.shift, width, last)}
+
+
+def shared_context(s: DenseSpec, plan: SharedPlan, ports: Ports) -> dict:
+    """What dense_shared.v.j2 renders: inputs, adders and registers per stage, the output logic."""
+    g, pipe, wires = plan.graph, plan.pipe, plan.wires
+    n_stages = len(pipe.cuts) + 1
+    read_by_any = {op for n in g.signals if n.is_add for op in (n.x, n.y)} | {
+        t.signal for t in g.outputs if t is not None}
+    read = [i for i in range(g.n_in) if i in read_by_any]
+    inputs = [{"name": f"x{i}", "lsb": i * s.x_type.width, "width": wires[i].width} for i in read]
+    unread = []
+    for i in range(g.n_in):
+        kept = wires[i].width if i in read else 0
+        if kept < s.x_type.width:
+            unread.append({"lo": i * s.x_type.width + kept, "hi": (i + 1) * s.x_type.width - 1})
+    levels = [0, *pipe.cuts, g.depth()]
+    stages = [{"index": k, "first_level": levels[k] + 1 if k else 1, "last_level": levels[k + 1], "adders": [],
+               "registers": []} for k in range(n_stages)]
+    for sig, node in enumerate(g.signals):
+        k = pipe.stage[sig]
+        if node.is_add:
+            w = wires[sig]
+            lo, hi = g.ranges[sig]
+            stages[k]["adders"].append({
+                "name": _signal_name(plan, sig, k), "width": w.width, "subtract": node.subtract, "lo": lo, "hi": hi,
+                "truncated": not w.exact,
+                "x": _operand(plan, node.x, node.x_shift, w.width, k),
+                "y": _operand(plan, node.y, node.y_shift, w.width, k)})
+        for j, bits in enumerate(pipe.copies[sig]):  # the copy of stage c is registered at the end of stage c - 1
+            c = k + 1 + j
+            stages[c - 1]["registers"].append({"name": _signal_name(plan, sig, c), "width": bits,
+                                               "src": _signal_name(plan, sig, c - 1),
+                                               "narrows": bits < pipe.width_in(sig, c - 1, wires[sig])})
+    acc, y = s.acc_type, s.out_type
+    requant = [("ACC_W", acc.width), ("ACC_FRAC", acc.frac), ("ACC_SIGNED", int(acc.signed)),
+               ("ACC_OVERFLOW", OVERFLOW_CODE[acc.overflow.value]), *type_parameters("OUT", y).items()]
+    activation = [("ACT", int(s.relu_type is not None)), ("IN_W", y.width), ("IN_FRAC", y.frac),
+                  ("IN_SIGNED", int(y.signed)), *type_parameters("OUT", s.y_type).items()]
+    weights = np.asarray(s.weight)
+    return {"inputs": inputs, "unread": unread, "stages": stages, "requant": requant, "activation": activation,
+            "outputs": [_output_sum(plan, s, o) for o in range(s.n_out)], "out_w": y.width, "y_w": s.y_type.width,
+            "adders": g.adders, "nonzero": int(np.count_nonzero(weights)),
+            "digits": sum(sum(1 for d in csd_digits(int(c)) if d) for c in weights.ravel()), "share": plan.share,
+            "wraps": plan.modulus is not None, "cuts": list(pipe.cuts), "depth": g.depth(),
+            "cut_depth": plan.cut_depth, "register_bits": pipe.register_bits, "latency": plan.latency}
+
+
 # -- stages ---------------------------------------------------------------------------------------------------------
 
 @dataclass
@@ -249,19 +386,32 @@ class DenseStage:
 
 
 def dense_instance(s: DenseSpec, instance: str, ports: Ports, reuse: int,
-                   levels_per_stage: int = LEVELS_PER_STAGE) -> DenseStage:
-    """Render one dense stage: parallel for reuse 1, else folded with reuse clamped to the product count."""
+                   levels_per_stage: int = LEVELS_PER_STAGE, parallel: str = "shared", share: str = "matrix",
+                   cut_depth: int = CUT_DEPTH) -> DenseStage:
+    """Render one dense stage: parallel for reuse 1 (``parallel`` picks the form), else folded with reuse
+    clamped to the product count."""
     _check_spec(s)
     if reuse < 1:
         raise RtlError(f"{s.where}: reuse factor must be at least 1, got {reuse}")
     if levels_per_stage < 1:
         raise RtlError(f"{s.where}: levels_per_stage must be at least 1, got {levels_per_stage}")
+    if parallel not in PARALLEL_FORMS:
+        raise RtlError(f"{s.where}: parallel form {parallel!r} unknown; choose one of {', '.join(PARALLEL_FORMS)}")
     products = s.n_in * s.n_out
     reuse = min(reuse, products)
     ctx = dict(where=s.where, instance=instance, ports=ports, n_in=s.n_in, n_out=s.n_out,
                x_type=s.x_type.to_short(), w_type=s.w_type.to_short(), acc_type=s.acc_type.to_short(),
                out_type=s.out_type.to_short(), products=products,
                relu_type=s.relu_type.to_short() if s.relu_type is not None else None)
+    if reuse == 1 and parallel == "shared":
+        plan = shared_plan(s, share, cut_depth)
+        shared = shared_context(s, plan, ports)
+        text = _env().get_template("dense_shared.v.j2").render(**{**ctx, **shared})
+        nonzero = shared["nonzero"]
+        return DenseStage(text, plan.latency, 1, 1, SHARED_LIBRARY,
+                          {"multipliers": 0, "nonzero_weights": nonzero, "zero_weights_skipped": products - nonzero,
+                           "signed_digits": shared["digits"], "adders": plan.graph.adders,
+                           "register_bits": plan.pipe.register_bits + s.n_out * s.y_type.width})
     if reuse == 1:
         params, terms, nonzero = parallel_parameters(s, levels_per_stage)
         latency = parallel_latency(terms, levels_per_stage)
@@ -286,6 +436,14 @@ def _levels(req: StageRequest) -> int:
     return int(req.options.get("levels_per_stage", LEVELS_PER_STAGE))
 
 
+def _form_options(req: StageRequest) -> dict:
+    """The dense options of a request: ``levels_per_stage`` (folded and per-weight forms), ``parallel``,
+    ``share`` and ``cut_depth`` (the fully parallel forms)."""
+    o = req.options
+    return {"levels_per_stage": _levels(req), "parallel": str(o.get("parallel", "shared")),
+            "share": str(o.get("share", "matrix")), "cut_depth": int(o.get("cut_depth", CUT_DEPTH))}
+
+
 def _merge(*resources: dict) -> dict:
     out: dict = {}
     for r in resources:
@@ -301,7 +459,7 @@ def emit_dense(req: StageRequest) -> Stage:
     spec = DenseSpec(n.describe(), n.weight, n.bias, req.in_type, _need(n, n.weight_type, "weight_type"),
                      _need(n, n.bias_type, "bias_type") if n.bias is not None else None,
                      _need(n, n.accum_type, "accum_type"), req.out_type, req.relu_type)
-    d = dense_instance(spec, req.instance_name, req.ports, req.reuse, _levels(req))
+    d = dense_instance(spec, req.instance_name, req.ports, req.reuse, **_form_options(req))
     return Stage(d.text, d.latency, d.ii, d.library, resources=d.resources, reuse=d.reuse)
 
 
@@ -323,10 +481,10 @@ def emit_low_rank_dense(req: StageRequest) -> Stage:
                  f"{base}_mid_valid", f"{base}_mid_ready", f"{base}_mid_data")
     first = dense_instance(v, f"{base}_v", Ports(req.ports.clk, req.ports.rst, req.ports.in_valid,
                                                  req.ports.in_ready, req.ports.in_data, link.out_valid,
-                                                 link.out_ready, link.out_data), req.reuse, _levels(req))
+                                                 link.out_ready, link.out_data), req.reuse, **_form_options(req))
     second = dense_instance(u, f"{base}_u", Ports(req.ports.clk, req.ports.rst, link.in_valid, link.in_ready,
                                                   link.in_data, req.ports.out_valid, req.ports.out_ready,
-                                                  req.ports.out_data), req.reuse, _levels(req))
+                                                  req.ports.out_data), req.reuse, **_form_options(req))
     text = _env().get_template("dense_lowrank.v.j2").render(
         where=n.describe(), base=base, rank=n.rank, mid_w=n.rank * mid.width, mid_type=mid.to_short(),
         first=first.text, second=second.text, latency=first.latency + second.latency)
@@ -362,4 +520,5 @@ def emit_requantize(req: StageRequest) -> Stage:
 __all__ = ["DenseSpec", "DenseStage", "dense_instance", "emit_dense", "emit_low_rank_dense", "emit_relu",
            "emit_requantize", "parallel_latency", "folded_latency", "FoldedTiling", "folded_tiling",
            "folded_multipliers", "folded_rom_bits", "BLOCK_ROM_MIN_DEPTH", "sparse_rows", "clog2", "csd_digits",
-           "constant_multiplier_adders"]
+           "constant_multiplier_adders", "SharedPlan", "shared_plan", "shared_context", "PARALLEL_FORMS",
+           "CUT_DEPTH", "POST_LEVELS"]

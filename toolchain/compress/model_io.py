@@ -57,6 +57,8 @@ class LoadedModel:
     tokenizer: object
     source: ModelSource
     seconds: float
+    # bits per weight of the decoder-block linears as the source file stores them (GGUF Q4_1: 5.0), if known
+    source_bpw: float | None = None
 
 
 def smollm2_gguf() -> Path:
@@ -114,7 +116,7 @@ def resolve_model(spec: str | Path) -> ModelSource:
 
 def _require_transformers():
     try:
-        import transformers  # noqa: F401
+        import transformers
     except ImportError:
         raise BitforgeError(f"loading language models needs transformers: {INSTALL_HINT}") from None
     return transformers
@@ -126,8 +128,10 @@ def load_model(source: ModelSource | str, log=None) -> LoadedModel:
         source = resolve_model(source)
     _require_transformers()
     t0 = time.perf_counter()
+    bpw = None
     if source.kind == "gguf":
-        model = _load_gguf_direct(source.path, log) or _load_gguf_transformers(source.path)
+        direct = _load_gguf_direct(source.path, log)
+        model, bpw = direct if direct else (_load_gguf_transformers(source.path), None)
         tokenizer = _gguf_tokenizer(source.path)
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -135,7 +139,7 @@ def load_model(source: ModelSource | str, log=None) -> LoadedModel:
         tokenizer = AutoTokenizer.from_pretrained(source.path)
     model.eval()
     model.requires_grad_(False)
-    return LoadedModel(model, tokenizer, source, time.perf_counter() - t0)
+    return LoadedModel(model, tokenizer, source, time.perf_counter() - t0, bpw)
 
 
 def cache_dir() -> Path:
@@ -245,8 +249,9 @@ def llama_config_from_gguf(reader):
     return cfg
 
 
-def _load_gguf_direct(path: Path, log=None) -> nn.Module | None:
-    """Build a ``LlamaForCausalLM`` straight from a Llama GGUF (None: not one this reader maps)."""
+def _load_gguf_direct(path: Path, log=None) -> tuple[nn.Module, float] | None:
+    """Build a ``LlamaForCausalLM`` straight from a Llama GGUF (None: not one this reader maps), with the stored
+    bits per weight of its block linears (``type_size * 8 / block_size`` of each ggml type, weighted by size)."""
     try:
         import gguf
         from gguf.quants import dequantize
@@ -264,7 +269,12 @@ def _load_gguf_direct(path: Path, log=None) -> nn.Module | None:
             log(f"{path.name}: not a plain Llama GGUF, loading through transformers (slower)")
         return None
     state = {}
+    bits = n_lin = 0
     for t in reader.tensors:
+        if _BLOCK.match(t.name) and not t.name.split(".")[2].endswith("norm"):
+            block, type_size = gguf.GGML_QUANT_SIZES[t.tensor_type]
+            bits += int(t.n_elements) * type_size * 8 / block
+            n_lin += int(t.n_elements)
         w = torch.from_numpy(dequantize(t.data, t.tensor_type).astype("float32", copy=False).copy())
         name = gguf_tensor_name_to_hf(t.name)
         if name.endswith("q_proj.weight"):
@@ -287,7 +297,7 @@ def _load_gguf_direct(path: Path, log=None) -> nn.Module | None:
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:
         raise RuntimeError(f"GGUF loader left tensors uninitialised: {left[:5]}")
-    return model
+    return model, bits / max(n_lin, 1)
 
 
 # -- structure ----------------------------------------------------------------------------------------

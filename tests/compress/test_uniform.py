@@ -46,20 +46,26 @@ def test_pack_rejects_codes_that_do_not_fit():
 
 @pytest.mark.parametrize("bits", [2, 3, 4, 8])
 @pytest.mark.parametrize("group", [None, 32, 64])
-def test_rtn_error_is_half_a_step_and_spans_min_max(bits, group):
+def test_rtn_grid_holds_zero_and_covers_the_group_within_half_a_step(bits, group):
+    """RTN is the standard asymmetric grid: 0 exactly on it (integer zero-point), [min, max] inside it up to half
+    a step, and every weight within half a step of its code."""
     W = torch.randn(16, 128, generator=torch.Generator().manual_seed(bits))
+    W[:, 5] = 0.0
     q = quantize_uniform(W, bits, group)
     g = 128 if group is None else group
     s = q.scale.float().repeat_interleave(g, dim=1)
+    assert torch.equal(q.zero.float(), torch.round(q.zero.float())) and (q.zero <= 0).all()
+    assert (q.dequantize()[:, 5] == 0).all()
     err = (q.dequantize() - W).abs()
-    assert (err <= 0.5 * s * (1 + 1e-3) + 1e-6).all()
-    Wg, Qg = W.reshape(16, -1, g), q.dequantize().reshape(16, -1, g)
-    # The grid ends at the group's min and max: both extremes get codes 0 and 2^b-1, and decode to within a quarter
-    # step (float16 s and z move the grid's ends by ~2^(b-11) of the range: a fraction of a step even at 8 bits).
-    lo_code = q.codes.reshape(16, -1, g).gather(-1, Wg.argmin(-1, keepdim=True))
-    hi_code = q.codes.reshape(16, -1, g).gather(-1, Wg.argmax(-1, keepdim=True))
-    assert (lo_code == 0).all() and (hi_code == (1 << bits) - 1).all()
-    assert torch.allclose(Qg.amin(-1), Wg.amin(-1), atol=0.25 * float(s.max()))
+    # Rounding s to float16 (relative 2^-11) moves the far end of the grid by up to (2^b - 1) * 2^-11 steps.
+    slack = 0.5 + ((1 << bits) - 1) * 2.0 ** -11
+    assert (err <= slack * s + 1e-6).all()
+    Qg, Wg = q.dequantize().reshape(16, -1, g), W.reshape(16, -1, g)
+    grid_lo = q.zero.float() * q.scale.float()
+    grid_hi = (q.zero.float() + (1 << bits) - 1) * q.scale.float()
+    assert (grid_lo <= Wg.amin(-1) + slack * q.scale.float() + 1e-6).all()
+    assert (grid_hi >= Wg.amax(-1) - slack * q.scale.float() - 1e-6).all()
+    assert Qg.shape == Wg.shape
 
 
 @pytest.mark.parametrize("bits,group,expected", [(3, 64, 3.5), (2, 32, 3.0), (4, None, 4 + 32 / 96)])

@@ -26,7 +26,7 @@ from .uniform import (
     UniformQuantized,
     check_bits,
     check_weight,
-    minmax_params,
+    rtn_params,
     round_codes,
     store_params,
 )
@@ -73,7 +73,7 @@ def _group_params(Wg: torch.Tensor, h: torch.Tensor, bits: int, cfg: GPTQConfig)
     if cfg.init == "neuqi":
         s, z = neuqi_params(Wg, h, bits, None, cfg.neuqi)
     else:
-        s, z = minmax_params(Wg, bits, None)
+        s, z = rtn_params(Wg, bits, None)
     return store_params(s, z)
 
 

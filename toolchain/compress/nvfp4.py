@@ -49,6 +49,11 @@ def nvfp4_block128(W: torch.Tensor, stats: LayerStats, cfg: CompressConfig) -> C
     return compress_nvfp4(W, "block128", stats.name)
 
 
+# Neither variant reads calibration statistics: the driver skips the forward passes for them.
+nvfp4_tensor.uses_calibration = False
+nvfp4_block128.uses_calibration = False
+
+
 @register_decoder("nvfp4")
 @register_decoder("nvfp4-b128")
 def decode_nvfp4(tensors: dict[str, torch.Tensor], meta: dict) -> torch.Tensor:

@@ -28,6 +28,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from ..compiler import commit_output
 from ..errors import BitforgeError, VerificationFailed
 
 FORMAT = "bitforge-compressed-lm"
@@ -144,13 +145,7 @@ def _commit(tmp: Path, out: Path) -> None:
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes the folder private; the checkpoint is an ordinary output
     for f in tmp.iterdir():
         os.chmod(f, 0o666 & ~umask)
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.rename(out, old)
-    os.rename(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    commit_output(tmp, out)
 
 
 def verify_decoding(layers: dict, model: nn.Module) -> dict:

@@ -1,0 +1,455 @@
+"""Float reference of the on-chip online learners: KAN (any depth) and MLP, one sample per step.
+
+Protocol (RESEARCH.md section 1): for every sample, predict y_hat, then take one plain SGD step on that
+same sample's loss L = sum_o (y_hat_o - t_o)^2, whose feedback is dL/dy_hat = 2 (y_hat - t). For the
+last KAN layer this is exactly the LMS update of the hardware, c_{o,i,c+m} -= eta 2 e_o b_m(u_i), on the
+k+1 active coefficients per edge; hidden KAN layers receive dL/dx_i = sum_o g_o phi'_{o,i}(x_i) from
+the PRE-update coefficients (one backward pass, then all layers update), as the chip does.
+
+Independent runs (seeds, learning rates) are one tensor program: every parameter carries a leading run
+axis R, and since the runs share nothing, the gradient of the SUM of their losses is each run's own
+gradient. A 1500-step T1 run costs the same whether R is 1 or 64.
+
+The basis is :func:`bitforge.models.kan.bspline_basis` (the compiler's, inputs clamped into the grid;
+the clamp's zero derivative outside it is the hardware's too), and :meth:`OnlineLearner.to_modules`
+returns one run's trained network as :class:`~bitforge.models.kan.KANLayer` / ``nn.Linear`` modules
+for the compiler. Initial parameters come from :func:`init_params` in float64 numpy, so that the
+fixed-point golden learner can start from the same numbers.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+from bitforge.toolchain.errors import BitforgeError
+from torch import nn
+
+from .kan import KANLayer, bspline_basis
+from .online_tasks import Task
+
+__all__ = [
+    "CARTPOLE_OBS_SCALE",
+    "REFERENCE_CONFIGS",
+    "A2CConfig",
+    "A2CResult",
+    "LearnerError",
+    "LearnerSpec",
+    "OnlineLearner",
+    "a2c_loss",
+    "init_params",
+    "reference_spec",
+    "run_a2c",
+    "run_prequential",
+    "run_prequential_batch",
+]
+
+MODELS = ("kan", "mlp")
+INITS = ("linear", "zeros", "normal")
+
+
+class LearnerError(BitforgeError):
+    """A learner specification the float reference cannot build, or a task it does not fit."""
+
+
+@dataclass(frozen=True)
+class LearnerSpec:
+    """An online learner: model, layer sizes, and its update rule's step size.
+
+    ``sizes`` = [d_in, hidden..., d_out]. KAN: every layer shares ``grid_range`` (lo, hi), ``grid_size``
+    G and spline ``order`` k (1..3: the orders the hardware computes in closed form). MLP: ReLU between
+    layers, linear output, biases. ``eta`` is the SGD step on L = sum (y_hat - t)^2; the chip applies it
+    as a right shift, so the reference configurations use powers of two.
+
+    ``init``: "linear" (default) sets every hidden KAN edge to phi(x) = w x with w ~ N(0, 1/d_in) (the
+    Greville abscissae as coefficients reproduce a line exactly, so a deep KAN starts as a random linear
+    map, like an MLP) and the output layer to zero (the LMS starting point: predict 0, learn only from
+    error); "zeros" zeros everything; "normal" draws N(0, init_scale^2) coefficients as ``KANLayer`` does.
+    MLP weights and biases always start Kaiming-uniform, U(+-1/sqrt(fan_in)) (torch's ``nn.Linear``).
+    """
+
+    model: str = "kan"
+    sizes: tuple[int, ...] = (1, 1)
+    grid_size: int = 5
+    order: int = 3
+    grid_range: tuple[float, float] = (-2.0, 2.0)
+    eta: float = 2.0 ** -4
+    init: str = "linear"
+    init_scale: float = 0.1
+
+    def __post_init__(self):
+        object.__setattr__(self, "sizes", tuple(int(s) for s in self.sizes))
+        object.__setattr__(self, "grid_range", tuple(float(v) for v in self.grid_range))
+        if self.model not in MODELS:
+            raise LearnerError(f"learner model {self.model!r} unknown; expected one of {MODELS}")
+        if len(self.sizes) < 2 or min(self.sizes) < 1:
+            raise LearnerError(f"learner sizes {self.sizes} invalid; expected [d_in, hidden..., d_out], all >= 1")
+        if not (self.eta > 0 and math.isfinite(self.eta)):
+            raise LearnerError(f"learning rate eta = {self.eta} must be a positive finite number")
+        if self.init not in INITS:
+            raise LearnerError(f"init {self.init!r} unknown; expected one of {INITS}")
+        if self.model == "kan":
+            if not 1 <= self.order <= 3:
+                raise LearnerError(f"KAN learner: spline order k = {self.order} unsupported; expected 1, 2 or 3")
+            if self.grid_size < 1:
+                raise LearnerError(f"KAN learner: grid size G = {self.grid_size} must be >= 1")
+            lo, hi = self.grid_range
+            if not hi > lo:
+                raise LearnerError(f"KAN learner: grid_range {self.grid_range} is empty; expected lo < hi")
+
+    @property
+    def n_params(self) -> int:
+        pairs = list(zip(self.sizes[:-1], self.sizes[1:]))
+        if self.model == "kan":
+            return sum(i * o * (self.grid_size + self.order) for i, o in pairs)
+        return sum(i * o + o for i, o in pairs)
+
+    def param_shapes(self) -> list[tuple[int, ...]]:
+        """KAN: one (out, in, G+k) coefficient array per layer; MLP: (out, in) weight, (out,) bias per layer."""
+        shapes: list[tuple[int, ...]] = []
+        for i, o in zip(self.sizes[:-1], self.sizes[1:]):
+            shapes += [(o, i, self.grid_size + self.order)] if self.model == "kan" else [(o, i), (o,)]
+        return shapes
+
+
+#: The benchmark's reference learners per task (RESEARCH.md section 1); ``bitforge learn`` defaults.
+#: Learning rates are the best power of two of a float sweep over task seeds 0..4 (lower eta when two
+#: are close: fixed point has less headroom), measured by ``python -m bitforge.models.online_learners``:
+#: - T1 KAN: on [-2, 2] the edge coefficients (b_0 <= 1/6 at the grid's ends) learn too slowly for the
+#:   regime-1 steady window (0.0015 at any eta); a grid 1/16 wider per side, [-2.25, 2.25] (h = 0.9, lo
+#:   exact in binary), reaches 0.0003/0.0007/0.0001 with the same G = 5.
+#: - T2 KAN: the plant's state stays in (-1.5, 1.5); a grid on [-2, 2] wastes 2 of its 8 cells and gives
+#:   0.0017, the tight grid (h = 0.375) 0.0002.
+#: - T2 MLP: diverges at eta = 2^-2; 2^-4 (0.0018 median) keeps a factor 4 from the edge.
+#: - T4: G = 8 on [-1, 1] (h = 1/4: cell index by bit slicing); G = 4..8 all err on ~7 %.
+REFERENCE_CONFIGS: dict[str, dict[str, LearnerSpec]] = {
+    "t1": {
+        "kan": LearnerSpec("kan", (1, 1), grid_size=5, order=3, grid_range=(-2.25, 2.25), eta=2.0 ** -1),
+        "mlp": LearnerSpec("mlp", (1, 32, 1), eta=2.0 ** -6),
+    },
+    "t2": {
+        "kan": LearnerSpec("kan", (2, 1), grid_size=8, order=3, grid_range=(-1.5, 1.5), eta=2.0 ** -3),
+        "mlp": LearnerSpec("mlp", (2, 16, 1), eta=2.0 ** -4),
+    },
+    "t4": {
+        "kan": LearnerSpec("kan", (16, 1), grid_size=8, order=3, grid_range=(-1.0, 1.0), eta=2.0 ** -7),
+        "mlp": LearnerSpec("mlp", (16, 16, 1), eta=2.0 ** -7),
+    },
+}
+
+
+def reference_spec(task: str, model: str = "kan", **overrides) -> LearnerSpec:
+    """The reference learner for ``task`` and ``model``, with any field overridden (e.g. ``eta=2**-3``)."""
+    try:
+        spec = REFERENCE_CONFIGS[task.lower()][model.lower()]
+    except KeyError:
+        raise LearnerError(f"no reference learner for task {task!r}, model {model!r}; tasks "
+                           f"{sorted(REFERENCE_CONFIGS)}, models {list(MODELS)}") from None
+    return replace(spec, **overrides)
+
+
+def _greville(spec: LearnerSpec) -> np.ndarray:
+    """Knot averages of the G+k bases: sum_j greville_j B_j(x) = x on the grid (linear precision)."""
+    lo, hi = spec.grid_range
+    h = (hi - lo) / spec.grid_size
+    k = spec.order
+    # Basis j spans knots t_j..t_{j+k+1}, t_j = lo + (j - k) h; its Greville point is the mean of the
+    # k inner knots t_{j+1}..t_{j+k}, i.e. lo + (j - (k - 1) / 2) h.
+    return lo + (np.arange(spec.grid_size + k) - (k - 1) / 2.0) * h
+
+
+def init_params(spec: LearnerSpec, seed: int = 0) -> list[np.ndarray]:
+    """The initial parameters of one run, float64, in :meth:`LearnerSpec.param_shapes` order."""
+    rng = np.random.default_rng(seed)
+    out: list[np.ndarray] = []
+    n_layers = len(spec.sizes) - 1
+    for layer, (i, o) in enumerate(zip(spec.sizes[:-1], spec.sizes[1:])):
+        if spec.model == "mlp":
+            bound = 1.0 / math.sqrt(i)
+            out += [rng.uniform(-bound, bound, size=(o, i)), rng.uniform(-bound, bound, size=o)]
+        elif spec.init == "normal":
+            out.append(rng.normal(0.0, spec.init_scale, size=(o, i, spec.grid_size + spec.order)))
+        elif spec.init == "zeros" or layer == n_layers - 1:
+            out.append(np.zeros((o, i, spec.grid_size + spec.order)))
+        else:  # "linear" hidden layer: phi_{o,i}(x) = w_{o,i} x, a random linear map of the grid
+            w = rng.normal(0.0, 1.0 / math.sqrt(i), size=(o, i))
+            out.append(w[:, :, None] * _greville(spec)[None, None, :])
+    return out
+
+
+class OnlineLearner:
+    """R independent runs of one :class:`LearnerSpec`, stepped one sample at a time.
+
+    ``params[p]`` has shape ``(R,) + spec.param_shapes()[p]``; ``eta`` is per run ``(R,)``.
+    """
+
+    def __init__(self, spec: LearnerSpec, seeds: Sequence[int] = (0,), etas: Sequence[float] | None = None,
+                 dtype: torch.dtype = torch.float64):
+        self.spec = spec
+        seeds = [int(s) for s in seeds]
+        if not seeds:
+            raise LearnerError("OnlineLearner needs at least one run (seeds is empty)")
+        etas = [spec.eta] * len(seeds) if etas is None else [float(e) for e in etas]
+        if len(etas) != len(seeds) or not all(e > 0 and math.isfinite(e) for e in etas):
+            raise LearnerError(f"OnlineLearner: {len(etas)} learning rates {etas[:4]}... for {len(seeds)} runs; "
+                               f"give one positive finite eta per seed")
+        self.runs = len(seeds)
+        self.dtype = dtype
+        per_run = [init_params(spec, s) for s in seeds]
+        self.params = [torch.tensor(np.stack([p[j] for p in per_run]), dtype=dtype).requires_grad_(True)
+                       for j in range(len(per_run[0]))]
+        self.eta = torch.tensor(etas, dtype=dtype)
+
+    # ------------------------------------------------------------------------------------- forward
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(R, *batch, d_in)`` -> ``(R, *batch, d_out)``: run r's network on its own inputs."""
+        s, h = self.spec, x
+        if s.model == "kan":
+            lo, hi = s.grid_range
+            for c in self.params:
+                b = bspline_basis(h, lo, hi, s.grid_size, s.order)  # (R, *batch, in, G+k)
+                h = torch.einsum("r...ij,roij->r...o", b, c)
+            return h
+        n_layers = len(self.params) // 2
+        lift = (1,) * (x.dim() - 2)  # the bias broadcasts over the batch dims
+        for layer in range(n_layers):
+            w, bias = self.params[2 * layer], self.params[2 * layer + 1]
+            h = torch.einsum("r...i,roi->r...o", h, w) + bias.view(bias.shape[:1] + lift + bias.shape[1:])
+            if layer < n_layers - 1:
+                h = torch.relu(h)
+        return h
+
+    def step(self, x: torch.Tensor, target: torch.Tensor, learn: bool = True) -> torch.Tensor:
+        """Predict ``(R, d_out)`` for ``(R, d_in)`` inputs, then (``learn``) one SGD step per run."""
+        y = self.forward(x)
+        if learn:
+            loss = ((y - target) ** 2).sum()  # runs are independent: d(sum)/d(params of r) = run r's grad
+            grads = torch.autograd.grad(loss, self.params)
+            with torch.no_grad():
+                for p, g in zip(self.params, grads):
+                    p.sub_(self.eta.view((-1,) + (1,) * (p.dim() - 1)) * g)
+        return y.detach()
+
+    def apply_gradient(self, grads: Sequence[torch.Tensor]) -> None:
+        """p -= eta g for externally computed per-run gradients (A2C combines two losses)."""
+        with torch.no_grad():
+            for p, g in zip(self.params, grads):
+                p.sub_(self.eta.view((-1,) + (1,) * (p.dim() - 1)) * g)
+
+    # -------------------------------------------------------------------------------------- export
+    def to_modules(self, run: int = 0, dtype: torch.dtype = torch.float32) -> nn.Sequential:
+        """Run ``run``'s current network as ordinary modules (KANLayer / Linear + ReLU) of ``dtype``."""
+        s = self.spec
+        mods: list[nn.Module] = []
+        pairs = list(zip(s.sizes[:-1], s.sizes[1:]))
+        for layer, (i, o) in enumerate(pairs):
+            if s.model == "kan":
+                m = KANLayer(i, o, s.grid_size, s.order, s.grid_range).to(dtype)
+                with torch.no_grad():
+                    m.coeffs.copy_(self.params[layer][run])
+                mods.append(m)
+            else:
+                m = nn.Linear(i, o, dtype=dtype)
+                with torch.no_grad():
+                    m.weight.copy_(self.params[2 * layer][run])
+                    m.bias.copy_(self.params[2 * layer + 1][run])
+                mods += [m, nn.ReLU()] if layer < len(pairs) - 1 else [m]
+        return nn.Sequential(*mods)
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """Per-sample steps are tensors of a few dozen numbers: intra-op threads only add synchronisation,
+    and on a loaded machine they make a step ~10x slower. The caller's setting comes back afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _check_fit(spec: LearnerSpec, task: Task) -> None:
+    if spec.sizes[0] != task.d_in or spec.sizes[-1] != task.d_out:
+        raise LearnerError(f"learner sizes {list(spec.sizes)} do not fit task {task.name} "
+                           f"({task.d_in} -> {task.d_out}); use [{task.d_in}, ..., {task.d_out}]")
+
+
+def run_prequential_batch(spec: LearnerSpec, task: Task, seeds: Sequence[int] = (0,),
+                          etas: Sequence[float] | None = None, dtype: torch.dtype = torch.float64) -> np.ndarray:
+    """Predictions ``(R, n, d_out)`` of R independent runs (one per seed / eta) over the whole task."""
+    _check_fit(spec, task)
+    learner = OnlineLearner(spec, seeds, etas, dtype)
+    x = torch.tensor(task.x, dtype=dtype)
+    t = torch.tensor(task.target, dtype=dtype)
+    preds = torch.empty((learner.runs, task.n, task.d_out), dtype=dtype)
+    with _one_thread():
+        for i in range(task.n):
+            preds[:, i] = learner.step(x[i].expand(learner.runs, -1), t[i].expand(learner.runs, -1))
+    return preds.numpy()
+
+
+def run_prequential(spec: LearnerSpec | str, task: Task, seed: int = 0) -> np.ndarray:
+    """Predictions ``(n, d_out)`` of one run; ``spec`` may be "kan"/"mlp" for the task's reference learner."""
+    if isinstance(spec, str):
+        spec = reference_spec(task.name, spec)
+    return run_prequential_batch(spec, task, (seed,))[0]
+
+
+# ------------------------------------------------------------------------------------ T5: A2C on CartPole
+#: Divides the CartPole state [x, x_dot, theta, theta_dot] into about [-1, 1] (x and theta by their
+#: termination thresholds, the velocities by what balancing episodes reach), so one grid serves all inputs.
+CARTPOLE_OBS_SCALE = (2.4, 3.0, 0.21, 3.5)
+
+
+@dataclass(frozen=True)
+class A2CConfig:
+    """Online advantage actor-critic, one environment step per update (no batches, no replay).
+
+    The learner has 4 inputs (the scaled state) and 3 outputs: two action logits and the value V(s).
+    Per step: delta = r + gamma V(s') (1 - terminated) - V(s), with V(s') from the pre-update parameters
+    and no gradient; the loss is -log pi(a|s) delta + w delta^2 - beta H(pi), so the feedback is
+    (pi - onehot(a)) delta on the logits and -2 w delta on the value: all computable on chip (w a power of
+    two: a shift). A truncated episode (500 steps) still bootstraps from V(s').
+    """
+
+    spec: LearnerSpec = LearnerSpec("kan", (4, 3), grid_size=5, order=3, grid_range=(-1.0, 1.0), eta=2.0 ** -7)
+    gamma: float = 0.99
+    critic_weight: float = 1.0
+    entropy: float = 0.0
+    target: float = 475.0
+    window: int = 100
+    max_episodes: int = 3000
+    max_steps: int = 2_000_000
+
+    def __post_init__(self):
+        if self.spec.sizes[0] != 4 or self.spec.sizes[-1] != 3:
+            raise LearnerError(f"A2C on CartPole needs a learner [4, ..., 3] (2 logits + value), got "
+                               f"{list(self.spec.sizes)}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise LearnerError(f"A2C discount gamma = {self.gamma} must lie in [0, 1]")
+        if self.window < 1 or self.max_episodes < 1:
+            raise LearnerError(f"A2C window ({self.window}) and max_episodes ({self.max_episodes}) must be >= 1")
+
+
+@dataclass(frozen=True)
+class A2CResult:
+    """Per run: the return of every finished episode and the episode count at which the ``window``-episode
+    mean first reached ``target`` (None when the cap came first)."""
+
+    returns: tuple[tuple[float, ...], ...]
+    solved_at: tuple[int | None, ...]
+    steps: int
+
+
+def a2c_loss(out: torch.Tensor, action: torch.Tensor, v_next: torch.Tensor, terminated: torch.Tensor,
+             config: A2CConfig) -> torch.Tensor:
+    """Per-run loss ``(R,)`` of one transition with reward 1; ``out`` = (logit_0, logit_1, V(s)) ``(R, 3)``.
+
+    Its gradient on ``out`` is the on-chip feedback: (pi - onehot(a)) delta (- beta dH/dlogits) on the
+    logits and -2 w delta on the value, delta = 1 + gamma V(s') (1 - terminated) - V(s) held constant.
+    """
+    delta = (1.0 + config.gamma * v_next * (1.0 - terminated) - out[:, 2]).detach()
+    logp = torch.log_softmax(out[:, :2], dim=1)
+    chosen = logp.gather(1, action.view(-1, 1))[:, 0]
+    entropy = -(logp.exp() * logp).sum(1)
+    # (v - stop_grad(v + delta))^2 has gradient -2 delta on v: the critic's LMS feedback.
+    critic = config.critic_weight * (out[:, 2] - (out[:, 2].detach() + delta)) ** 2
+    return -chosen * delta + critic - config.entropy * entropy
+
+
+def run_a2c(config: A2CConfig = A2CConfig(), seeds: Sequence[int] = (0,), etas: Sequence[float] | None = None,
+            on_episode: Callable[[int, int, float], None] | None = None) -> A2CResult:
+    """Train R independent A2C learners, each on its own CartPole (learner r starts from ``seeds[r]``).
+
+    The R environments are one :class:`CartPoleVec` seeded by ``seeds[0]``, and actions are sampled from
+    pi with one generator seeded by ``(seeds[0], 0xA2C)``: reproducible as a batch. A run stops learning
+    once solved or at ``max_episodes``; all stop at ``max_steps`` environment steps. ``on_episode(run,
+    episode, return)`` is called as each learning run finishes an episode (progress reports).
+    """
+    with _one_thread():
+        return _run_a2c(config, seeds, etas, on_episode)
+
+
+def _run_a2c(config: A2CConfig, seeds: Sequence[int], etas: Sequence[float] | None,
+             on_episode: Callable[[int, int, float], None] | None) -> A2CResult:
+    from .cartpole import CartPoleVec
+
+    learner = OnlineLearner(config.spec, seeds, etas)
+    runs = learner.runs
+    env = CartPoleVec(runs, seed=int(seeds[0]))
+    pick = np.random.default_rng((int(seeds[0]), 0xA2C))
+    scale = torch.tensor(CARTPOLE_OBS_SCALE, dtype=learner.dtype)
+    state = env.state.copy()
+    returns: list[list[float]] = [[] for _ in range(runs)]
+    solved: list[int | None] = [None] * runs
+    ep_return = np.zeros(runs)
+    active = np.ones(runs, dtype=bool)
+    steps = 0
+    while active.any() and steps < config.max_steps:
+        action_u = pick.random(runs)
+        out = learner.forward(torch.tensor(state, dtype=learner.dtype) / scale)
+        p_right = torch.softmax(out[:, :2].detach(), dim=1)[:, 1].numpy()
+        action = (action_u < p_right).astype(np.int64)
+        nxt, _, term, trunc = env.step(action)
+        with torch.no_grad():
+            v_next = learner.forward(torch.tensor(nxt, dtype=learner.dtype) / scale)[:, 2]
+        live = torch.tensor(active, dtype=learner.dtype)
+        loss = a2c_loss(out, torch.from_numpy(action), v_next, torch.tensor(term, dtype=learner.dtype), config)
+        learner.apply_gradient(torch.autograd.grad((live * loss).sum(), learner.params))
+        steps += 1
+        ep_return += 1.0
+        done = term | trunc
+        state = nxt
+        for r in np.flatnonzero(done):
+            if active[r]:
+                returns[r].append(float(ep_return[r]))
+                if on_episode is not None:
+                    on_episode(int(r), len(returns[r]), float(ep_return[r]))
+                recent = returns[r][-config.window:]
+                if len(recent) == config.window and np.mean(recent) >= config.target:
+                    solved[r], active[r] = len(returns[r]), False
+                elif len(returns[r]) >= config.max_episodes:
+                    active[r] = False
+            ep_return[r] = 0.0
+        if done.any():
+            state = env.reset(done)
+    return A2CResult(tuple(tuple(r) for r in returns), tuple(solved), steps)
+
+
+def _main(argv: Sequence[str] | None = None) -> None:
+    """Print the reference learners' float numbers over task seeds (``--sweep``: every power-of-two eta)."""
+    import argparse
+
+    from .online_tasks import make_task, prequential_metrics
+
+    ap = argparse.ArgumentParser(prog="python -m bitforge.models.online_learners", description=_main.__doc__)
+    ap.add_argument("--tasks", default="t1,t2,t4")
+    ap.add_argument("--models", default="kan,mlp")
+    ap.add_argument("--seeds", type=int, default=5, help="task seeds 0..N-1 (learner seed = task seed)")
+    ap.add_argument("--sweep", default="", help="comma-separated log2(eta) values, e.g. -8,-7,-6")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    for name in args.tasks.split(","):
+        for model in args.models.split(","):
+            spec = reference_spec(name, model)
+            exps = [int(e) for e in args.sweep.split(",")] if args.sweep else [round(math.log2(spec.eta))]
+            rows: dict[int, list[dict]] = {e: [] for e in exps}
+            for seed in range(args.seeds):
+                task = make_task(name, seed)
+                preds = run_prequential_batch(spec, task, [seed] * len(exps), [2.0 ** e for e in exps])
+                for e, p in zip(exps, preds):
+                    rows[e].append(prequential_metrics(task, p))
+            for e, ms in rows.items():
+                keys = [k for k in ms[0] if k != "score"]
+                summary = {k: np.round(np.mean([m[k] for m in ms], axis=0), 5).tolist() for k in keys}
+                grid = f" G={spec.grid_size} k={spec.order} grid={spec.grid_range}" if model == "kan" else ""
+                print(f"{name} {model} sizes={list(spec.sizes)}{grid} eta=2^{e} (mean of {args.seeds} seeds): "
+                      f"{summary}", flush=True)
+
+
+if __name__ == "__main__":
+    _main()

@@ -13,6 +13,15 @@ import itertools
 OUT, IN = 192, 320
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Small matrices: BLAS threads only contend on the shared 2-core runners (ITQ runs 15x slower)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def coherent_weight(seed: int) -> torch.Tensor:
     """Power-law spectrum with spiky (coherent) singular vectors: the case LittleBit-2's rotation is for."""
     g = torch.Generator().manual_seed(seed)

@@ -36,3 +36,15 @@ def small_graph(seed: int = 0, act: str = "fixed<16,6,RND_CONV,SAT>", wt: str = 
 @pytest.fixture
 def graph() -> ir.Graph:
     return ir.validate(small_graph())
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Small matrices: BLAS threads only contend on the shared 2-core runners (LittleBit's ITQ ran 15x slower with
+    two). Modules opt in with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -418,11 +418,8 @@ def _saturating_index(xq, node):
 
 
 def t1_task():
-    try:
-        from bitforge.models.online_tasks import make_task
-        return make_task("t1", 0)
-    except ImportError:  # pragma: no cover - the generator lands with the task module
-        pytest.skip("bitforge.models.online_tasks is not available")
+    from bitforge.models.online_tasks import make_task
+    return make_task("t1", 0)
 
 
 def t1_learner(lr=1, guard=8, grid=(-2.0, 2.0), G=5, order=3):
@@ -455,7 +452,6 @@ def test_index_saturation_bug_costs_tens_of_times_the_mse():
 
 def test_t1_kan_16_6_is_indistinguishable_from_float():
     """The float reference's T1 KAN (G=5, k=3, its grid and eta) at a <16,6> datapath with 8 guard bits."""
-    pytest.importorskip("torch")
     from bitforge.models.online_learners import reference_spec, run_prequential
     from bitforge.models.online_tasks import prequential_metrics
     task = t1_task()

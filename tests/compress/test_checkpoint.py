@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+import transformers
 from safetensors.torch import load_file
 
 from bitforge.toolchain.compress import api, checkpoint
@@ -19,8 +20,6 @@ from bitforge.toolchain.compress.checkpoint import (
 from bitforge.toolchain.compress.driver import quantize_model
 from bitforge.toolchain.compress.model_io import compressible_linears
 from bitforge.toolchain.errors import BitforgeError, VerificationFailed
-
-transformers = pytest.importorskip("transformers")
 
 
 def tiny_llama(seed: int = 0):

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+import transformers
 from torch import nn
 
 from bitforge.toolchain.compress import api
@@ -21,8 +22,6 @@ from bitforge.toolchain.compress.model_io import compressible_linears
 from bitforge.toolchain.compress.perplexity import perplexity
 from bitforge.toolchain.compress.uniform import rtn
 from bitforge.toolchain.errors import BitforgeError
-
-transformers = pytest.importorskip("transformers")
 
 VOCAB = 96
 

@@ -13,13 +13,7 @@ import itertools
 OUT, IN = 192, 320
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small matrices: BLAS threads only contend on the shared 2-core runners (ITQ runs 15x slower)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def coherent_weight(seed: int) -> torch.Tensor:

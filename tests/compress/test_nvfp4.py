@@ -14,13 +14,7 @@ from bitforge.toolchain.errors import BitforgeError
 ALL_CODES = torch.arange(256, dtype=torch.uint8)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small matrices: BLAS threads only contend on the shared 2-core runners (ITQ runs 15x slower)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def torch_e4m3(x: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,242 @@
+"""RTL of an online KAN learner: predict, error, sparse update, one sample per clock (II = 1).
+
+The generated core is bit-exact with :func:`bitforge.toolchain.emulate_learn.run` over whole trajectories.
+Per input i the G+k coefficients of every output live in k+1 *cyclic banks* (bank j holds coefficient
+p with p mod (k+1) = j, at address p div (k+1), all outputs side by side in one word), so the k+1 active
+coefficients of a cell are always in k+1 different banks: one read and one write per bank per sample.
+
+Pipeline (``latency = index + basis + 1`` register stages, II 1 while nothing stalls):
+
+* **index** (``bf_kan_index``): cell and local coordinate u, by bit slice or one constant multiply;
+* **basis** (``bf_kan_basis_rom`` or ``bf_kan_basis_closed``): the k+1 weights; on its last edge the banks
+  are read (synchronous read, the block-RAM form) at ``cell div (k+1) + (j < cell mod (k+1))``;
+* **learn** (one cycle): bases rotated into bank order, coefficients read storage -> coeff, products, exact
+  sum, prediction, ``e = y - t``, per bank ``c - round((2 e b) >> lr_shift)`` saturated, written back.
+
+The loop-carried dependency (sample t+1 must see sample t's update) closes inside the learn cycle through
+**write-to-read forwarding**: the bank read for sample t+1 happens on the same edge as sample t's write and
+returns the old word, so the learn stage keeps sample t's written words and addresses in registers and
+takes them instead of the memory's where the addresses match. Older writes are already in the memory.
+Stalls freeze the whole pipeline (one clock enable), so "the previous learn-stage occupant" is always the
+sample whose write coincided with the read.
+
+The core streams ``{learn_enable, t[d_out], x[d_in]}`` in (AXI4-Stream, tlast passed through) and the
+predictions out; a read-back port returns every output's coefficient p of input i (storage codes) while the
+pipeline is drained, for checkpointing. Reset restarts the pipeline and the LFSRs; the coefficients are the
+learned state and keep their values (the bitstream holds the initial ones).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...bspline import CLOSED_FORM_POLYNOMIALS, basis_table
+from ...fixed import FixedType
+from ...learner import Learner, LearnerError, kan_accum_type, lane_seeds
+from .generate import _env, verilog_name
+from .kan import CLOSED_FORM_LATENCY, _signed_width
+from .stages import OVERFLOW_CODE, ROUNDING_CODE, packed_parameter, verilog_literal
+
+LIBRARY = ("bf_kan_index.v", "bf_kan_basis_rom.v", "bf_kan_basis_closed.v", "bf_kan_div3.v", "bf_requant.v",
+           "bf_lfsr_lane.v")
+BASIS_CHOICES = ("auto", "rom", "circuit")
+#: The ROM is the default up to this many u bits (2**U rows of (k+1) weights); the circuit above it.
+ROM_MAX_U_BITS = 10
+
+
+@dataclass(frozen=True)
+class LearnerRtl:
+    """A generated learner core: files, and what is known by construction."""
+
+    name: str
+    files: dict[str, str]
+    library: tuple[str, ...]
+    latency_cycles: int
+    ii: int
+    in_width: int
+    out_width: int
+    rb_addr_width: int
+    rb_data_width: int
+    resources: dict = field(default_factory=dict)
+
+    def manifest(self) -> dict:
+        return {"name": self.name, "top": f"{self.name}_board", "core_top": self.name,
+                "latency_cycles": self.latency_cycles, "ii": self.ii, "in_width": self.in_width,
+                "out_width": self.out_width, "rb_addr_width": self.rb_addr_width,
+                "rb_data_width": self.rb_data_width, "resources": self.resources,
+                "files": [f"rtl/{n}" for n in sorted(set(self.files) | set(self.library))]}
+
+
+def _clog2(n: int) -> int:
+    return (n - 1).bit_length() if n > 1 else 0
+
+
+def _codes(t: FixedType) -> dict:
+    return {"rounding": ROUNDING_CODE[t.rounding.value], "overflow": OVERFLOW_CODE[t.overflow.value]}
+
+
+def _check(learner: Learner) -> None:
+    spec = learner.spec
+    if spec.kind != "kan":
+        raise LearnerError(f"learner '{learner.graph.name}' is a {spec.kind}; this generator builds KAN learners "
+                           "(bitforge.toolchain.backends.rtl.learner_mlp builds MLPs)")
+    if spec.n_layers != 1:
+        raise LearnerError(f"learner '{learner.graph.name}' has {spec.n_layers} KAN layers; the RTL learner builds "
+                           "one layer [d_in, d_out] for now (every reference configuration is one layer); a hidden "
+                           "layer's back-propagation through spline derivatives is in the golden model only")
+
+
+def basis_choice(learner: Learner, basis: str = "auto") -> bool:
+    """True for the closed-form circuit, False for a ROM of the spec's own basis table (bit-exact either way)."""
+    if basis not in BASIS_CHOICES:
+        raise LearnerError(f"basis option {basis!r} unknown; expected one of {', '.join(BASIS_CHOICES)}")
+    n = learner.layers()[0]
+    circuit_ok = n.basis_impl == "closed_form" and n.order in CLOSED_FORM_POLYNOMIALS and n.u_bits >= 1
+    if basis == "circuit" and not circuit_ok:
+        raise LearnerError(f"the closed-form basis circuit computes basis_impl 'closed_form' with k = 1..3 and "
+                           f"u_bits >= 1; this learner has basis_impl {n.basis_impl!r}, k = {n.order}, u_bits "
+                           f"{n.u_bits}: use basis 'rom'")
+    if basis == "auto":
+        return circuit_ok and n.u_bits > ROM_MAX_U_BITS
+    return basis == "circuit"
+
+
+def generate_kan_learner(learner: Learner, name: str | None = None, basis: str = "auto") -> LearnerRtl:
+    """Verilog of ``learner`` (one KAN layer), deterministic: the same learner gives byte-identical text."""
+    _check(learner)
+    spec, f = learner.spec, learner.formats
+    n = learner.layers()[0]
+    name = verilog_name(name or learner.graph.name)
+    closed = basis_choice(learner, basis)
+    n_in, n_out, k, G = n.in_features, n.out_features, n.order, n.grid_size
+    k1, n_coef = k + 1, G + k
+    depth = -(-n_coef // k1)
+    x_t, dp, co, st, bt, et = f.input, f.datapath, f.coeff, f.storage, f.basis, f.error
+    index_latency = 1 if n.index_mult == 1 else 2
+    basis_latency = CLOSED_FORM_LATENCY[k] if closed else 1
+    front = index_latency + basis_latency
+
+    # widths of the learn stage
+    prod_w = co.width + bt.width + 1  # signed coeff x (0, basis)
+    sum_w = prod_w + _clog2(n_in * k1) + 1
+    acc = kan_accum_type(f, n_in)
+    sum_frac = co.frac + bt.frac
+    assert sum_frac == acc.frac
+    upd_w = et.width + bt.width + 1  # signed error x (0, basis)
+    d = et.frac + bt.frac - 1 - st.frac + spec.rule.lr_shift
+    stochastic = spec.rule.rounding == "stochastic"
+    rb_bits = spec.rule.rand_bits
+    if d > 0:
+        delta_w = max(upd_w, d + rb_bits) + 2
+    else:
+        delta_w = upd_w - d
+    new_w = max(st.width, delta_w) + 1
+
+    # memories: bank j of input i, word = every output's coefficient side by side
+    C = np.asarray(n.coeffs, dtype=np.int64)  # (out, in, G+k) storage codes
+    mems = []
+    for i in range(n_in):
+        for j in range(k1):
+            words = []
+            for a in range(depth):
+                p = a * k1 + j
+                col = C[:, i, p] if p < n_coef else np.zeros(n_out, dtype=np.int64)
+                words.append(packed_parameter(col, st.width))
+            mems.append({"i": i, "j": j, "init": words})
+    seeds = lane_seeds(spec)[0][0] if stochastic else None  # (out, in, k+1)
+    lanes = [{"o": o, "i": i, "m": m, "seed": f"32'h{int(seeds[o, i, m]):08x}"}
+             for o in range(n_out) for i in range(n_in) for m in range(k1)] if stochastic else []
+
+    lo_w = _signed_width(n.index_lo)
+    mult_w = max(1, n.index_mult.bit_length())
+    cell_w = max(1, (G - 1).bit_length())
+    addr_w = max(1, _clog2(depth))
+    rb_i_w = max(1, _clog2(n_in))
+    rb_p_w = max(1, _clog2(n_coef))
+    table = None if closed else packed_parameter(basis_table(k, n.u_bits, bt, n.basis_impl).ravel(), bt.width)
+    in_w = n_in * x_t.width + n_out * dp.width + 1
+    out_w = n_out * dp.width
+    ctx = dict(
+        name=name, graph=learner.graph.name, spec=spec, n_in=n_in, n_out=n_out, k=k, k1=k1, G=G, depth=depth,
+        x_w=x_t.width, dp_w=dp.width, dp_frac=dp.frac, co_w=co.width, co_frac=co.frac, st_w=st.width,
+        st_frac=st.frac, b_w=bt.width, b_frac=bt.frac, e_w=et.width, e_frac=et.frac,
+        co_codes=_codes(co), dp_codes=_codes(dp), e_codes=_codes(et), st_codes=_codes(st),
+        u_bits=n.u_bits, u_w=max(1, n.u_bits), cell_w=cell_w, lo_w=lo_w,
+        index_lo=verilog_literal(n.index_lo, lo_w), mult_w=mult_w,
+        index_mult=verilog_literal(n.index_mult, mult_w), index_shift=n.index_shift,
+        closed=closed, table=table, front=front, index_latency=index_latency, basis_latency=basis_latency,
+        latency=front + 1, prod_w=prod_w, sum_w=sum_w, sum_frac=sum_frac, upd_w=upd_w, d=d,
+        delta_w=delta_w, new_w=new_w, stochastic=stochastic, rand_bits=rb_bits, lanes=lanes, mems=mems,
+        addr_w=addr_w, rb_i_w=rb_i_w, rb_p_w=rb_p_w, rb_addr_w=rb_i_w + rb_p_w, rb_data_w=n_out * st.width,
+        in_w=in_w, out_w=out_w, sb_w=n_out * dp.width + 2, lr_shift=spec.rule.lr_shift,
+        grid_lo=n.grid_lo, grid_hi=n.grid_hi, word_w=n_out * st.width, r_w=max(1, _clog2(k1)),
+        pow2=k1 & (k1 - 1) == 0, rb_byte_w=max(1, _clog2(-(-n_out * st.width // 8))),
+    )
+    ext = sum_w - prod_w
+    ctx["sums"] = [_balanced_sum([f"$signed({{{{{ext}{{pr_{o}_{i}_{j}[{prod_w - 1}]}}}}, pr_{o}_{i}_{j}}})"
+                                  for i in range(n_in) for j in range(k1)]) for o in range(n_out)]
+    env = _env()
+    files = {f"{name}.v": env.get_template("learner_kan.v.j2").render(**ctx),
+             f"{name}_board.v": env.get_template("learner_board.v.j2").render(**ctx)}
+    resources = {
+        "multipliers": 2 * n_out * n_in * k1 + n_in * ((n.index_mult != 1) + ({1: 0, 2: 1, 3: 2}[k] if closed else 0)),
+        "coefficient_bits": n_in * k1 * depth * n_out * st.width,
+        "basis": "closed_form circuit" if closed else f"rom ({n.basis_impl} table)",
+        "rom_bits": 0 if closed else n_in * (1 << n.u_bits) * k1 * bt.width,
+        "lfsr_lanes": len(lanes),
+        "parameters": int(C.size),
+    }
+    return LearnerRtl(name, files, LIBRARY, front + 1, 1, in_w, out_w, rb_i_w + rb_p_w, n_out * st.width, resources)
+
+
+def _balanced_sum(terms: list[str]) -> str:
+    """``a + b + c + d`` as ``((a + b) + (c + d))``: a tree of depth log2(n), not a chain (the learn stage's
+    loop runs through it)."""
+    if len(terms) == 1:
+        return terms[0]
+    mid = (len(terms) + 1) // 2
+    return f"({_balanced_sum(terms[:mid])} + {_balanced_sum(terms[mid:])})"
+
+
+def pack_inputs(learner: Learner, x_codes: np.ndarray, target_codes: np.ndarray, learn_enable: np.ndarray) -> list[int]:
+    """The core's input words ``{le, t[d_out], x[d_in]}`` (element 0 least significant), one per sample."""
+    f = learner.formats
+    xw, dw = f.input.width, f.datapath.width
+    out = []
+    for xs, ts, le in zip(np.asarray(x_codes), np.asarray(target_codes), np.asarray(learn_enable)):
+        v, pos = 0, 0
+        for c in xs:
+            v |= (int(c) & ((1 << xw) - 1)) << pos
+            pos += xw
+        for c in ts:
+            v |= (int(c) & ((1 << dw) - 1)) << pos
+            pos += dw
+        out.append(v | (int(bool(le)) << pos))
+    return out
+
+
+def coefficient_address(learner: Learner, i: int, p: int) -> int:
+    """The read-back address of input i's coefficient p (every output's at once): ``{i, p}``."""
+    n = learner.layers()[0]
+    p_w = max(1, _clog2(n.grid_size + n.order))
+    return (i << p_w) | p
+
+
+def readback_codes(learner: Learner, word: int) -> np.ndarray:
+    """Every output's storage code from one read-back word."""
+    st = learner.formats.storage
+    n_out = learner.layers()[0].out_features
+    vals = [(word >> (o * st.width)) & ((1 << st.width) - 1) for o in range(n_out)]
+    return np.array([v - (1 << st.width) if v >> (st.width - 1) else v for v in vals], dtype=np.int64)
+
+
+def loop_note(learner: Learner) -> str:
+    """One line for reports: what the learn stage's recurrence contains."""
+    n = learner.layers()[0]
+    return (f"{n.in_features * n.out_features * (n.order + 1)} coefficient x basis products, an exact sum, the error "
+            f"and {n.in_features * n.out_features * (n.order + 1)} error x basis updates in one cycle")
+
+
+__all__ = ["LearnerRtl", "generate_kan_learner", "pack_inputs", "coefficient_address", "readback_codes",
+           "basis_choice", "BASIS_CHOICES"]

@@ -288,6 +288,13 @@ def cmd_flow(args: argparse.Namespace) -> int:
     if not args.target:
         from .errors import BitforgeError
         raise BitforgeError("bitforge flow needs --target (e.g. --target ecp5-85f); see bitforge flow --help")
+    if args.model.startswith("learn:"):  # an online learner: learn:TASK or learn:TASK-MODEL
+        from .learn_cmd import LearnOptions, run_learn_flow
+        task, _, kind = args.model[len("learn:"):].partition("-")
+        sim = "both" if args.simulator == "none" else args.simulator
+        run_learn_flow(LearnOptions(task=task, model=kind or "kan", rtl=True, simulator=sim, seed=args.seed),
+                       Path(args.output), args.target, out_console.print, _progress, args.pnr_seed)
+        return 0
     opts = CompileOptions(to=("onnx", "rtl"), precision=args.precision, vectors=args.vectors, seed=args.seed,
                           input_range=args.input_range, reuse=args.reuse, target=args.target)
     run_flow(args.model, Path(args.output), opts, args.simulator, args.sim_vectors, args.pnr_seed)
@@ -392,6 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
                         epilog=_examples("""
                             bitforge flow kan-tracker --target ice40-up5k -o out/kt
                             bitforge flow jet-mlp --target ecp5-85f -o out/jet          # reuse auto: folded to fit
+                            bitforge flow learn:t1 --target ecp5-85f -o out/t1-learner  # online learner (KAN)
                         """))
     fl.add_argument("model", metavar="MODEL")
     fl.add_argument("-o", "--output", required=True, metavar="OUT")
@@ -440,6 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=cmd_bench)
     from .compress.commands import add_commands as add_compress_commands
     add_compress_commands(sub, fmt)
+    from .learn_cmd import add_commands as add_learn_commands
+    add_learn_commands(sub, fmt)
     return p
 
 

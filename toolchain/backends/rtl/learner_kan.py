@@ -39,7 +39,7 @@ from .kan import CLOSED_FORM_LATENCY, _signed_width
 from .stages import OVERFLOW_CODE, ROUNDING_CODE, packed_parameter, verilog_literal
 
 LIBRARY = ("bf_kan_index.v", "bf_kan_basis_rom.v", "bf_kan_basis_closed.v", "bf_kan_div3.v", "bf_requant.v",
-           "bf_lfsr_lane.v")
+           "bf_lfsr_lane.v", "bf_deserialize.v", "bf_serialize.v")
 BASIS_CHOICES = ("auto", "rom", "circuit")
 #: The ROM is the default up to this many u bits (2**U rows of (k+1) weights); the circuit above it.
 ROM_MAX_U_BITS = 10

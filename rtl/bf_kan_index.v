@@ -10,6 +10,8 @@
 // input LSBs the emitter passes INDEX_MULT = 1: no multiplier, cell and u are bit slices of x - lo.
 //
 // Latency: 1 cycle when INDEX_MULT == 1, else 2 (the constant multiply gets its own register).
+// REGISTERED = 0 makes the module combinational (latency 0, clk and ce unused): the online learner puts the
+// index, the basis ROM and the bank rotation into one front cycle, since its latency counts every cycle.
 // All registers advance only while ce is high (the layer's stall signal).
 `default_nettype none
 module bf_kan_index #(
@@ -22,13 +24,16 @@ module bf_kan_index #(
     parameter signed [LO_W-1:0] INDEX_LO = 0,
     parameter integer MULT_W = 1,
     parameter [MULT_W-1:0] INDEX_MULT = 1,
-    parameter integer INDEX_SHIFT = 0
+    parameter integer INDEX_SHIFT = 0,
+    parameter integer REGISTERED = 1
 ) (
-    input  wire              clk,
+    /* verilator lint_off UNUSEDSIGNAL */
+    input  wire              clk,  // unused when REGISTERED = 0
     input  wire              ce,
+    /* verilator lint_on UNUSEDSIGNAL */
     input  wire [X_W-1:0]    x,
-    output reg  [CELL_W-1:0] cell_idx,
-    output reg  [((U > 0) ? U : 1)-1:0] u
+    output wire [CELL_W-1:0] cell_idx,
+    output wire [((U > 0) ? U : 1)-1:0] u
 );
     localparam integer UW = (U > 0) ? U : 1;
     // x - lo needs one bit above the wider operand (x is widened by one bit when unsigned).
@@ -47,10 +52,14 @@ module bf_kan_index #(
         if (INDEX_MULT == 1) begin : g_slice
             wire signed [P_W-1:0] d_ext = {{(P_W - D_W){d[D_W-1]}}, d};
             assign pos = d_ext >>> INDEX_SHIFT;
-        end else begin : g_mult
+        end else if (REGISTERED != 0) begin : g_mult
             reg signed [P_W-1:0] prod;
             wire signed [MULT_W:0] mult = {1'b0, INDEX_MULT};
             always @(posedge clk) if (ce) prod <= d * mult;
+            assign pos = prod >>> INDEX_SHIFT;
+        end else begin : g_mult_comb
+            wire signed [MULT_W:0] mult = {1'b0, INDEX_MULT};
+            wire signed [P_W-1:0] prod = d * mult;
             assign pos = prod >>> INDEX_SHIFT;
         end
     endgenerate
@@ -68,16 +77,25 @@ module bf_kan_index #(
     endgenerate
     wire [S_W-1:0] s = below ? {S_W{1'b0}} : (above ? s_hi_code : pos_bits[S_W-1:0]);
 
-    always @(posedge clk) begin
-        if (ce) begin
-            cell_idx <= s[S_W-1 -: CELL_W];
-        end
-    end
     generate
-        if (U > 0) begin : g_u
-            always @(posedge clk) if (ce) u <= s[UW-1:0];
-        end else begin : g_u0
-            always @(posedge clk) if (ce) u <= 1'b0;
+        if (REGISTERED != 0) begin : g_reg
+            reg [CELL_W-1:0] cell_q;
+            reg [UW-1:0] u_q;
+            always @(posedge clk) if (ce) cell_q <= s[S_W-1 -: CELL_W];
+            if (U > 0) begin : g_u
+                always @(posedge clk) if (ce) u_q <= s[UW-1:0];
+            end else begin : g_u0
+                always @(posedge clk) if (ce) u_q <= 1'b0;
+            end
+            assign cell_idx = cell_q;
+            assign u = u_q;
+        end else begin : g_comb
+            assign cell_idx = s[S_W-1 -: CELL_W];
+            if (U > 0) begin : g_u
+                assign u = s[UW-1:0];
+            end else begin : g_u0
+                assign u = 1'b0;
+            end
         end
     endgenerate
 endmodule

@@ -225,9 +225,13 @@ def run_learn_flow(opts: LearnOptions, out: Path, target: Optional[str], printer
             printer(f"golden model vs RTL ({s}): {v['samples']:,} samples, {v['mismatches']} mismatches; coefficient "
                     f"read-back: {sum(c['mismatches'] for c in v['readback'].values())} mismatches")
     if target:
-        from .flows.implement import implement
+        import warnings
 
-        r = implement(Path(out), target, seed=pnr_seed, progress=progress)
+        from .flows.implement import TimingWarning, implement
+
+        with warnings.catch_warnings():  # progress() has shown it; report.json keeps it
+            warnings.simplefilter("ignore", TimingWarning)
+            r = implement(Path(out), target, seed=pnr_seed, progress=progress)
         m["target"] = r
         printer(f"{target}: {r.get('lut')} LUT, {r.get('ff')} FF, {r.get('dsp')} DSP, {r.get('bram')} BRAM, "
                 f"Fmax {r.get('fmax_mhz')} MHz, latency {r.get('latency_cycles')} cycles = {r.get('latency_ns')} ns, "

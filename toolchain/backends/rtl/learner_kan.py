@@ -38,7 +38,7 @@ from .generate import _env, verilog_name
 from .kan import CLOSED_FORM_LATENCY, _signed_width
 from .stages import OVERFLOW_CODE, ROUNDING_CODE, packed_parameter, verilog_literal
 
-LIBRARY = ("bf_kan_index.v", "bf_kan_basis_rom.v", "bf_kan_basis_closed.v", "bf_kan_div3.v", "bf_requant.v",
+LIBRARY = ("bf_kan_index.v", "bf_kan_basis_closed.v", "bf_kan_div3.v", "bf_requant.v",
            "bf_lfsr_lane.v", "bf_deserialize.v", "bf_serialize.v")
 BASIS_CHOICES = ("auto", "rom", "circuit")
 #: The ROM is the default up to this many u bits (2**U rows of (k+1) weights); the circuit above it.
@@ -113,7 +113,8 @@ def generate_kan_learner(learner: Learner, name: str | None = None, basis: str =
     k1, n_coef = k + 1, G + k
     depth = -(-n_coef // k1)
     x_t, dp, co, st, bt, et = f.input, f.datapath, f.coeff, f.storage, f.basis, f.error
-    index_latency = 1 if n.index_mult == 1 else 2
+    # ROM: index, ROM and rotation in one front cycle; circuit: the registered index and the pipelined circuit.
+    index_latency = (1 if n.index_mult == 1 else 2) if closed else 0
     basis_latency = CLOSED_FORM_LATENCY[k] if closed else 1
     front = index_latency + basis_latency
 
@@ -154,7 +155,7 @@ def generate_kan_learner(learner: Learner, name: str | None = None, basis: str =
     addr_w = max(1, _clog2(depth))
     rb_i_w = max(1, _clog2(n_in))
     rb_p_w = max(1, _clog2(n_coef))
-    table = None if closed else packed_parameter(basis_table(k, n.u_bits, bt, n.basis_impl).ravel(), bt.width)
+    table = None if closed else [packed_parameter(row, bt.width) for row in basis_table(k, n.u_bits, bt, n.basis_impl)]
     in_w = n_in * x_t.width + n_out * dp.width + 1
     out_w = n_out * dp.width
     ctx = dict(

@@ -149,13 +149,9 @@ def run_learn(opts: LearnOptions, out: Path, progress: Progress = lambda m: None
 
 
 def _rtl(learner: Learner, x: np.ndarray, t: np.ndarray, folder: Path, opts: LearnOptions, progress: Progress) -> dict:
-    from .backends.rtl.learner_kan import generate_kan_learner
-    from .verify.simulate_learner import simulate_learner, write_sources
+    from .verify.simulate_learner import generate_learner, simulate_learner, write_sources
 
-    if learner.spec.kind != "kan":
-        raise BitforgeError("--rtl builds KAN learners for now; the MLP learner runs in the golden model only "
-                            "(drop --rtl, or pass --model kan)")
-    design = generate_kan_learner(learner, basis=opts.basis)
+    design = generate_learner(learner, opts.basis)
     write_sources(design, folder / "rtl")
     (folder / "rtl" / "manifest.json").write_text(json.dumps(design.manifest(), indent=2) + "\n")
     sims = simulate_learner(learner, x, t, work=folder / "sim", simulator=opts.simulator, seed=opts.seed,

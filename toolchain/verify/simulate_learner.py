@@ -17,6 +17,7 @@ import numpy as np
 from .. import emulate_learn
 from ..backends.rtl.generate import library_source
 from ..backends.rtl.learner_kan import LearnerRtl, coefficient_address, generate_kan_learner, pack_inputs
+from ..backends.rtl.learner_mlp import generate_mlp_learner, readback_words
 from ..learner import Learner, LearnerError
 from .simulators import SimulationFailed, expand, run_cocotb
 
@@ -51,7 +52,17 @@ def write_sources(design: LearnerRtl, folder: Path) -> list[Path]:
     return paths
 
 
+def generate_learner(learner: Learner, basis: str = "auto") -> LearnerRtl:
+    """The learner's core: the KAN generator or the MLP one."""
+    if learner.spec.kind == "mlp":
+        return generate_mlp_learner(learner)
+    return generate_kan_learner(learner, basis=basis)
+
+
 def _checkpoint(learner: Learner, after: int, state) -> dict:
+    if learner.spec.kind == "mlp":
+        addresses, words = readback_words(learner, state)
+        return {"after": after, "addresses": addresses, "words": words}
     n = learner.layers()[0]
     st = learner.formats.storage
     C = np.asarray(state[0]["coeffs"], dtype=np.int64)
@@ -80,7 +91,7 @@ def simulate_learner(learner: Learner, x_codes: np.ndarray, target_codes: np.nda
     le = np.ones(n, dtype=bool) if learn_enable is None else np.asarray(learn_enable, dtype=bool)
     half = n // 2
     traj = emulate_learn.run(learner, x, t, le, snapshot_every=half)
-    design = generate_kan_learner(learner, basis=basis)
+    design = generate_learner(learner, basis)
     work = Path(work).resolve()
     sources = write_sources(design, work / "src")
     checkpoints = [_checkpoint(learner, half, traj.snapshots[half]), _checkpoint(learner, n, traj.final)]

@@ -190,3 +190,61 @@ def test_t1_learner_on_ecp5_steps_in_under_100_ns(tmp_path):
     assert r["ii"] == 1 and r["latency_cycles"] == 2
     assert r["fmax_mhz"] is not None and r["latency_ns"] < 100, r
     assert r["dsp"] == 9 and r["bitstream"]
+
+
+# -- the MLP baseline ----------------------------------------------------------------------------------------
+
+def mlp_learner(sizes=(2, 3, 1), rounding="nearest", lr=4, datapath="fixed<16,6>", seed=0):
+    fm = LearnerFormats.make(datapath, guard_bits=8)
+    return build_learner(LearnerSpec("mlp", sizes, formats=fm, rule=UpdateRule(lr, rounding, lfsr_seed=seed + 1),
+                                     seed=seed))
+
+
+MLP_CASES = {
+    "2-3-1-nearest": dict(),
+    "1-4-2-stochastic": dict(sizes=(1, 4, 2), rounding="stochastic"),
+    "2-3-3-1-8bit": dict(sizes=(2, 3, 3, 1), datapath="fixed<8,4>", lr=2),
+    "3-2-stochastic-10bit": dict(sizes=(3, 2), rounding="stochastic", datapath="fixed<10,4>", lr=3),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MLP_CASES))
+def test_mlp_learner_lint_and_trajectory(tmp_path, case):
+    from bitforge.toolchain.backends.rtl.learner_mlp import generate_mlp_learner
+
+    L = mlp_learner(**MLP_CASES[case])
+    design = generate_mlp_learner(L, "dut")
+    assert design.ii == 1 and design.latency_cycles == 1
+    srcs = write_sources(design, tmp_path / "lint")
+    lint = subprocess.run(["verilator", "--lint-only", "-Wall", "-Wno-DECLFILENAME", "--top-module", "dut_board",
+                           *map(str, srcs)], capture_output=True, text=True,
+                          env={**__import__("os").environ, **simulator_env("verilator")})
+    assert lint.returncode == 0, lint.stderr[-3000:]
+    x, t, le = random_stream_mlp(L, 500, seed=len(case))
+    check(simulate_learner(L, x, t, le, work=tmp_path / "sim", simulator="icarus", seed=3), 500)
+
+
+def random_stream_mlp(L, n, seed=0):
+    rng = np.random.default_rng(seed)
+    f = L.formats
+    x = quantize(rng.uniform(-3, 3, (n, L.spec.sizes[0])), f.input)
+    t = quantize(rng.uniform(-1.5, 1.5, (n, L.spec.sizes[-1])), f.datapath)
+    return x, t, rng.random(n) > 0.15
+
+
+def test_mlp_t1_reference_on_verilator(tmp_path):
+    from bitforge.toolchain.learn_cmd import LearnOptions, fixed_spec
+
+    L = build_learner(fixed_spec(LearnOptions("t1", model="mlp"))[0])
+    x, t = task_codes(L, make_task("t1", 0, n=800))
+    check(simulate_learner(L, x, t, work=tmp_path, simulator="verilator", seed=4), 800)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("simulator", ["icarus", "verilator"])
+def test_mlp_t4_reference_10000_samples(tmp_path, simulator):
+    from bitforge.toolchain.learn_cmd import LearnOptions, fixed_spec
+
+    L = build_learner(fixed_spec(LearnOptions("t4", model="mlp", rounding="stochastic"))[0])
+    x, t = task_codes(L, make_task("t4", 1))
+    check(simulate_learner(L, x, t, work=tmp_path, simulator=simulator, seed=7), 10_000)

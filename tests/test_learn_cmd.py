@@ -1,0 +1,81 @@
+"""``bitforge learn`` and ``bitforge bench online``: what they write and what they measure."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from bitforge.toolchain.bench_online import OnlineBenchOptions, accuracy_rows, options_from_args
+from bitforge.toolchain.cli import build_parser, main
+from bitforge.toolchain.errors import BitforgeError
+from bitforge.toolchain.learn_cmd import LearnOptions, fixed_spec
+from bitforge.toolchain.learner import load_learner
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_reference_learners_follow_the_benchmark_configurations():
+    spec, ref = fixed_spec(LearnOptions("t1"))
+    assert spec.kind == "kan" and spec.sizes == (1, 1) and spec.grid_size == 5 and spec.order == 3
+    assert spec.grid_range == (-2.25, 2.25) and spec.rule.lr_shift == 1 and ref.eta == 0.5
+    assert spec.formats.datapath.to_short().startswith("fixed<16,6")
+    assert spec.formats.guard_bits == 8
+    mlp, _ = fixed_spec(LearnOptions("t4", model="mlp"))
+    assert mlp.sizes == (16, 16, 1) and mlp.rule.lr_shift == 7
+    assert fixed_spec(LearnOptions("t2", lr_shift=5))[0].rule.lr_shift == 5
+
+
+def test_unknown_task_is_a_clear_error():
+    with pytest.raises(BitforgeError, match="unknown task 't9'"):
+        fixed_spec(LearnOptions("t9"))
+
+
+def test_learn_writes_states_metrics_plot_and_report(tmp_path):
+    out = tmp_path / "t1"
+    assert main(["learn", "t1", "--samples", "400", "-o", str(out)]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["samples"] == 400 and m["fixed"]["mean_mse"] > 0
+    # <16,6> with 8 guard bits tracks the float reference closely over the same stream
+    assert abs(m["fixed"]["mean_mse"] / m["float"]["mean_mse"] - 1) < 0.05
+    assert (out / "learn.png").stat().st_size > 10_000 and "| mean_mse |" in (out / "report.md").read_text()
+    initial, final = load_learner(out / "learner"), load_learner(out / "final")
+    assert initial.spec == final.spec
+    assert (initial.state()[0]["coeffs"] != final.state()[0]["coeffs"]).any()  # it learned
+    assert not list(tmp_path.glob(".t1.*"))  # no temporary folder left behind
+
+
+def test_learn_rtl_checks_the_trajectory_and_writes_an_implementable_folder(tmp_path):
+    out = tmp_path / "t1-rtl"
+    assert main(["learn", "t1", "--samples", "300", "--rtl", "--simulator", "icarus", "-o", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    r = report["verification"]["golden_vs_rtl"]["icarus"]
+    assert r["samples"] == 300 and r["mismatches"] == 0
+    assert all(c["mismatches"] == 0 for c in r["readback"].values())
+    manifest = json.loads((out / "rtl" / "manifest.json").read_text())
+    assert manifest["ii"] == 1 and manifest["top"] == "t1_kan_board"
+    assert all((out / f).is_file() for f in manifest["files"])
+
+
+def test_learn_help_has_examples(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["learn", "--help"])
+    assert "bitforge learn t1" in capsys.readouterr().out
+
+
+def test_bench_online_accuracy_rows_compare_with_float():
+    rows = accuracy_rows(OnlineBenchOptions(tasks=("t1",), seeds=(0,), datapaths=("float", "fixed<16,6>")),
+                         lambda m: None)
+    by = {(r["model"], r["datapath"]): r for r in rows}
+    assert set(by) == {("kan", "float"), ("kan", "fixed<16,6>"), ("mlp", "float"), ("mlp", "fixed<16,6>")}
+    kan = by[("kan", "fixed<16,6>")]
+    assert abs(kan["mse_vs_float"] - 1) < 0.02  # "indistinguishable from float"
+    assert kan["steady_mse"][0] <= 0.0010 and kan["steady_mse"][1] <= 0.0015 and kan["steady_mse"][2] <= 0.0006
+
+
+def test_bench_online_sections_are_checked():
+    args = build_parser().parse_args(["bench", "online", "--online-parts", "accuracy,hardwre"])
+    with pytest.raises(BitforgeError, match="hardwre"):
+        options_from_args(args)
+    ok = options_from_args(build_parser().parse_args(["bench", "online", "--online-parts", "accuracy",
+                                                       "--kan-grids", "6,12"]))
+    assert ok.accuracy and not ok.hardware and ok.kan_grids == (6, 12)

@@ -1,0 +1,373 @@
+"""``bitforge bench online``: online learners' accuracy, hardware and scaling, one table each, JSON and PNGs.
+
+* **Accuracy**: T1, T2, T4 for the KAN and MLP reference learners at float and at <16,6>, <10,4>, <8,4>
+  datapaths (8 guard bits, round-to-nearest updates; <8,4> also with stochastic rounding), averaged over task
+  seeds, each fixed-point row with its ratio to float; T5 (CartPole, A2C, float) as episodes to a 100-episode
+  mean of 475. Fixed point is the golden model, which the RTL matches bit for bit (``tests/rtl``).
+* **Hardware**: the T1 and T4 reference learners' generated cores, implemented by ``implement`` (ecp5-85f
+  after place and route; xcvu9p a synthesis estimate): latency of one forward + update step in cycles and ns,
+  II, LUT, FF, DSP, BRAM; the public HLS KAN learner's published numbers as a reference row.
+* **Scaling** (the KAN paper's Figure 1): on T4, the KAN's G from 6 to 192 and the MLP's width from 16 to 256,
+  resources and step latency against the parameter count (PNG), plus one KAN learner of over 50,000
+  parameters placed and routed on ecp5-85f.
+
+Designs are generated into ``--work``; the flows' content-hashed caches make a rerun instant.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from . import emulate_learn
+from .errors import BitforgeError
+from .fixed import quantize
+
+Progress = Callable[[str], None]
+
+DATAPATHS = ("float", "fixed<16,6>", "fixed<10,4>", "fixed<8,4>")
+TASKS = ("t1", "t2", "t4")
+MODELS = ("kan", "mlp")
+HW_TARGETS = ("ecp5-85f", "xcvu9p")
+KAN_GRIDS = (6, 12, 24, 48, 96, 192)
+MLP_WIDTHS = (16, 32, 64, 128, 256)
+#: The public HLS KAN learner on T1 (RESEARCH.md): an HLS estimate on an UltraScale+ part.
+PUBLIC_T1 = {"design": "public HLS KAN [1,1] G=5 (T1)", "target": "UltraScale+ (HLS estimate)",
+             "latency_cycles": 11, "latency_ns": 55.0, "ii": 12, "lut": 2695, "dsp": 9}
+#: The scaling sweep's large learner: KAN [16, 1] with G = 4096 on [-1, 1] (65,584 coefficients). Its inputs are
+#: fixed<16,2> so that a cell spans 8 input LSBs (3 u bits), the datapath fixed<16,4>.
+BIG_KAN = {"sizes": (16, 1), "grid_size": 4096, "input": "fixed<16,2>", "datapath": "fixed<16,4>"}
+
+
+@dataclass
+class OnlineBenchOptions:
+    work: Path = Path("out/bench-online")
+    seeds: tuple[int, ...] = (0, 1, 2)
+    tasks: tuple[str, ...] = TASKS
+    datapaths: tuple[str, ...] = DATAPATHS
+    accuracy: bool = True
+    t5: bool = True
+    hardware: bool = True
+    targets: tuple[str, ...] = HW_TARGETS
+    scaling: bool = True
+    kan_grids: tuple[int, ...] = KAN_GRIDS
+    mlp_widths: tuple[int, ...] = MLP_WIDTHS
+    big: bool = True
+
+
+@dataclass
+class OnlineBenchResult:
+    accuracy: list[dict] = field(default_factory=list)
+    t5: list[dict] = field(default_factory=list)
+    hardware: list[dict] = field(default_factory=list)
+    scaling: list[dict] = field(default_factory=list)
+    plots: list[str] = field(default_factory=list)
+    options: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+# -- accuracy ---------------------------------------------------------------------------------------------
+
+def _fixed_run(task, opts) -> dict:
+    from .learn_cmd import _metrics, fixed_spec
+    from .learner import build_learner
+
+    spec, _ = fixed_spec(opts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # dead-zone warnings at narrow datapaths: the numbers say it
+        learner = build_learner(spec)
+    f = spec.formats
+    traj = emulate_learn.run(learner, quantize(task.x, f.input), quantize(task.target, f.datapath))
+    return _metrics(task, traj.predictions, f.datapath.lsb)
+
+
+def _mean_metrics(runs: list[dict]) -> dict:
+    out = {}
+    for k in ("mean_mse", "score"):
+        out[k] = statistics.fmean(r[k] for r in runs)
+    if "steady_mse" in runs[0]:
+        out["steady_mse"] = [statistics.fmean(r["steady_mse"][i] for r in runs) for i in range(len(runs[0]["steady_mse"]))]
+    return out
+
+
+def accuracy_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
+    from bitforge.models.online_learners import reference_spec, run_prequential
+    from bitforge.models.online_tasks import make_task
+
+    from .learn_cmd import LearnOptions, _metrics
+
+    rows = []
+    for task_name in options.tasks:
+        tasks = [make_task(task_name, s) for s in options.seeds]
+        for model in MODELS:
+            progress(f"accuracy: {task_name} {model} over seeds {list(options.seeds)}")
+            ref = reference_spec(task_name, model)
+            float_m = _mean_metrics([_metrics(t, run_prequential(ref, t, seed=s), 1.0)
+                                     for t, s in zip(tasks, options.seeds)])
+            variants = [(dp, "nearest") for dp in options.datapaths if dp != "float"]
+            if "fixed<8,4>" in options.datapaths:
+                variants.append(("fixed<8,4>", "stochastic"))
+            if "float" in options.datapaths:
+                rows.append({"task": task_name, "model": model, "datapath": "float", "rounding": "-", **float_m,
+                             "mse_vs_float": 1.0, "score_vs_float": 1.0})
+            for dp, rounding in variants:
+                m = _mean_metrics([_fixed_run(t, LearnOptions(task=task_name, model=model, datapath=dp,
+                                                              rounding=rounding, seed=s))
+                                   for t, s in zip(tasks, options.seeds)])
+                rows.append({"task": task_name, "model": model, "datapath": dp, "rounding": rounding, **m,
+                             "mse_vs_float": m["mean_mse"] / float_m["mean_mse"],
+                             "score_vs_float": m["score"] / float_m["score"] if float_m["score"] else None})
+    return rows
+
+
+def t5_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
+    from bitforge.models.online_learners import A2CConfig, run_a2c
+
+    progress(f"T5: A2C on CartPole, float KAN, seeds {list(options.seeds)} (minutes)")
+    cfg = A2CConfig()
+    r = run_a2c(cfg, seeds=options.seeds)
+    rows = []
+    for s, returns, solved in zip(options.seeds, r.returns, r.solved_at):
+        w = cfg.window
+        best = max((statistics.fmean(returns[i - w:i]) for i in range(w, len(returns) + 1)), default=None)
+        rows.append({"task": "t5", "model": "kan (float, A2C)", "seed": s, "episodes": len(returns),
+                     "solved_at": solved, "best_100_mean": best, "target": cfg.target})
+    return rows
+
+
+# -- hardware ---------------------------------------------------------------------------------------------
+
+def _implement_learner(learner, name: str, target: str, work: Path, progress: Progress) -> dict:
+    from .flows.implement import TimingWarning, implement
+    from .flows.targets import DoesNotFit
+    from .verify.simulate_learner import generate_learner, write_sources
+
+    design = generate_learner(learner)
+    out = work / name
+    write_sources(design, out / "rtl")
+    (out / "rtl" / "manifest.json").write_text(json.dumps(design.manifest(), indent=2) + "\n")
+    row = {"design": name, "target": target, "parameters": design.resources["parameters"],
+           "multipliers": design.resources["multipliers"], "latency_cycles": design.latency_cycles, "ii": design.ii}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TimingWarning)
+            r = implement(out, target, progress=progress)
+    except DoesNotFit as e:
+        row.update(status="does-not-fit", note=str(e).split(". Try")[0])
+        return row
+    row.update({k: r.get(k) for k in ("lut", "ff", "dsp", "bram", "fmax_mhz", "latency_ns", "bitstream")})
+    row.update(status="ok", resources_from=r.get("resources_from"))
+    return row
+
+
+def _learner(task: str, model: str, **over):
+    from .learn_cmd import LearnOptions, fixed_spec
+    from .learner import LearnerFormats, build_learner
+
+    spec, _ = fixed_spec(LearnOptions(task=task, model=model, grid_size=over.pop("grid_size", None)))
+    if "sizes" in over or "formats" in over:
+        spec = spec.replace(**over)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return build_learner(spec, name=f"{task}_{model}")
+
+
+def hardware_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
+    rows = [dict(PUBLIC_T1, status="reference")]
+    for task in ("t1", "t4"):
+        for model in MODELS:
+            L = _learner(task, model)
+            for target in options.targets:
+                progress(f"hardware: {task} {model} {list(L.spec.sizes)} on {target}")
+                rows.append(_implement_learner(L, f"{task}_{model}", target, options.work / "hw", progress))
+    return rows
+
+
+def scaling_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
+    from .learner import LearnerFormats
+
+    rows = []
+    for G in options.kan_grids:
+        L = _learner("t4", "kan", grid_size=G)
+        for target in options.targets:
+            progress(f"scaling: T4 KAN [16,1] G={G} on {target}")
+            rows.append({"model": "kan", "knob": G, **_implement_learner(L, f"kan_g{G}", target,
+                                                                         options.work / "scaling", progress)})
+    for W in options.mlp_widths:
+        L = _learner("t4", "mlp", sizes=(16, W, 1))
+        for target in options.targets:
+            progress(f"scaling: T4 MLP [16,{W},1] on {target}")
+            rows.append({"model": "mlp", "knob": W, **_implement_learner(L, f"mlp_w{W}", target,
+                                                                         options.work / "scaling", progress)})
+    if options.big:
+        fm = LearnerFormats.make(BIG_KAN["datapath"], guard_bits=8, input=BIG_KAN["input"])
+        L = _learner("t4", "kan", grid_size=BIG_KAN["grid_size"], sizes=BIG_KAN["sizes"], formats=fm)
+        progress(f"scaling: T4 KAN [16,1] G={BIG_KAN['grid_size']} ({L.spec.sizes}, "
+                 f"{16 * (BIG_KAN['grid_size'] + 3):,} parameters) on ecp5-85f")
+        rows.append({"model": "kan", "knob": BIG_KAN["grid_size"], "big": True,
+                     **_implement_learner(L, f"kan_g{BIG_KAN['grid_size']}", "ecp5-85f", options.work / "scaling",
+                                          progress)})
+    return rows
+
+
+# -- plots ------------------------------------------------------------------------------------------------
+
+def scaling_plot(rows: list[dict], path: Path, target: str = "xcvu9p") -> Optional[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if r.get("status") == "ok" and not r.get("big")]
+    if not ok:
+        return None
+    fig, axes = plt.subplots(1, 5, figsize=(20, 4))
+    for ax, key in zip(axes[:4], ("lut", "ff", "dsp", "bram")):
+        for model, marker in (("kan", "o-"), ("mlp", "s--")):
+            pts = sorted((r["parameters"], r[key]) for r in ok if r["model"] == model and r["target"] == target)
+            if pts:
+                ax.plot(*zip(*pts), marker, label=model.upper())
+        ax.set_xscale("log")
+        ax.set_title(f"{key.upper()} ({target})")
+        ax.set_xlabel("parameters")
+        ax.legend()
+    ax = axes[4]
+    for model, marker in (("kan", "o-"), ("mlp", "s--")):
+        pts = sorted((r["parameters"], r["latency_ns"]) for r in ok
+                     if r["model"] == model and r["target"] == "ecp5-85f" and r.get("latency_ns"))
+        if pts:
+            ax.plot(*zip(*pts), marker, label=model.upper())
+    ax.set_xscale("log")
+    ax.set_title("step latency, ns (ecp5-85f, post-route)")
+    ax.set_xlabel("parameters")
+    ax.legend()
+    fig.suptitle("T4 learners: KAN G = 6..192 vs MLP width 16..256")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def accuracy_plot(rows: list[dict], path: Path) -> Optional[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not rows:
+        return None
+    tasks = sorted({r["task"] for r in rows})
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4))
+    axes = np.atleast_1d(axes)
+    for ax, task in zip(axes, tasks):
+        labels = [f"{r['datapath']}{'' if r['rounding'] in ('-', 'nearest') else ' sr'}"
+                  for r in rows if r["task"] == task and r["model"] == "kan"]
+        x = np.arange(len(labels))
+        for k, model in enumerate(MODELS):
+            vals = [r["score"] for r in rows if r["task"] == task and r["model"] == model]
+            ax.bar(x + (k - 0.5) * 0.4, vals, 0.4, label=model.upper())
+        ax.set_xticks(x, labels, rotation=30, fontsize=8)
+        ax.set_title(f"{task.upper()} score (lower is better)")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# -- run, table, CLI --------------------------------------------------------------------------------------
+
+def run_bench(options: OnlineBenchOptions, progress: Progress = lambda m: None) -> OnlineBenchResult:
+    options.work.mkdir(parents=True, exist_ok=True)
+    res = OnlineBenchResult(options={k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()})
+    if options.accuracy:
+        res.accuracy = accuracy_rows(options, progress)
+    if options.t5:
+        res.t5 = t5_rows(options, progress)
+    if options.hardware:
+        res.hardware = hardware_rows(options, progress)
+    if options.scaling:
+        res.scaling = scaling_rows(options, progress)
+    for p in (accuracy_plot(res.accuracy, options.work / "accuracy.png"),
+              scaling_plot(res.scaling, options.work / "scaling.png")):
+        if p is not None:
+            res.plots.append(str(p))
+    return res
+
+
+def _n(v, fmt="{:,.0f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def tables(res: OnlineBenchResult):
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+
+    kw = dict(title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False,
+              show_edge=False)
+    acc = Table(title="accuracy (mean over seeds; score: T1/T2 MSE, T4 error rate)", **kw)
+    for c in ("task", "model", "datapath", "upd", "mean MSE", "score", "x float", "T1 steady MSE"):
+        acc.add_column(c, justify="left" if c in ("task", "model", "datapath", "upd") else "right", no_wrap=True)
+    for r in res.accuracy:
+        acc.add_row(r["task"], r["model"], r["datapath"].replace("fixed", ""), r["rounding"][:5],
+                    f"{r['mean_mse']:.5f}", f"{r['score']:.5f}", f"{r['mse_vs_float']:.2f}",
+                    " / ".join(f"{v:.5f}" for v in r.get("steady_mse", [])))
+    parts = [acc]
+    if res.t5:
+        t5 = Table(title="T5 CartPole, A2C, float KAN (episodes to a 100-episode mean >= 475)", **kw)
+        for c in ("seed", "episodes", "solved at", "best 100-mean"):
+            t5.add_column(c, justify="right")
+        for r in res.t5:
+            t5.add_row(str(r["seed"]), str(r["episodes"]), _n(r["solved_at"]), _n(r["best_100_mean"], "{:.1f}"))
+        parts.append(t5)
+    for title, rows in (("hardware (ecp5-85f: after place and route; xcvu9p: synthesis estimate)", res.hardware),
+                        ("scaling on T4", res.scaling)):
+        if not rows:
+            continue
+        t = Table(title=title, **kw)
+        for c in ("design", "target", "params", "LUT", "FF", "DSP", "BRAM", "Fmax", "cyc", "ns", "II", "status"):
+            t.add_column(c, justify="left" if c in ("design", "target", "status") else "right", no_wrap=True)
+        for r in rows:
+            t.add_row(r["design"], r["target"], _n(r.get("parameters")), _n(r.get("lut")), _n(r.get("ff")),
+                      _n(r.get("dsp")), _n(r.get("bram")), _n(r.get("fmax_mhz"), "{:.1f}"), _n(r.get("latency_cycles")),
+                      _n(r.get("latency_ns"), "{:.1f}"), _n(r.get("ii")), r.get("status", ""))
+        parts.append(t)
+    return Group(*parts)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--online-work", default="out/bench-online", metavar="DIR",
+                   help="online: folder for the designs, flow caches and PNGs (default out/bench-online)")
+    p.add_argument("--online-parts", default="accuracy,t5,hardware,scaling", metavar="A,B",
+                   help="online: which sections to run (default all: accuracy,t5,hardware,scaling)")
+    p.add_argument("--kan-grids", default=",".join(map(str, KAN_GRIDS)), metavar="G,G",
+                   help="online: the scaling sweep's KAN grid sizes")
+    p.add_argument("--mlp-widths", default=",".join(map(str, MLP_WIDTHS)), metavar="W,W",
+                   help="online: the scaling sweep's MLP hidden widths")
+
+
+def options_from_args(args) -> OnlineBenchOptions:
+    parts = {p.strip() for p in args.online_parts.split(",") if p.strip()}
+    unknown = parts - {"accuracy", "t5", "hardware", "scaling"}
+    if unknown:
+        raise BitforgeError(f"--online-parts: unknown section(s) {sorted(unknown)}; expected accuracy, t5, hardware, "
+                            "scaling")
+    return OnlineBenchOptions(work=Path(args.online_work), accuracy="accuracy" in parts, t5="t5" in parts, hardware="hardware" in parts,
+                              scaling="scaling" in parts, big="scaling" in parts,
+                              kan_grids=tuple(int(v) for v in args.kan_grids.split(",")),
+                              mlp_widths=tuple(int(v) for v in args.mlp_widths.split(",")))
+
+
+def write_json(res: OnlineBenchResult, path: Path) -> None:
+    Path(path).write_text(json.dumps(res.to_json(), indent=2, default=float) + "\n")
+
+
+__all__ = ["OnlineBenchOptions", "OnlineBenchResult", "run_bench", "tables", "write_json"]

@@ -146,7 +146,7 @@ def t5_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
 
 def _implement_learner(learner, name: str, target: str, work: Path, progress: Progress) -> dict:
     from .flows.implement import TimingWarning, implement
-    from .flows.targets import DoesNotFit
+    from .flows.targets import DoesNotFit, get_target
     from .verify.simulate_learner import generate_learner, write_sources
 
     design = generate_learner(learner)
@@ -155,6 +155,13 @@ def _implement_learner(learner, name: str, target: str, work: Path, progress: Pr
     (out / "rtl" / "manifest.json").write_text(json.dumps(design.manifest(), indent=2) + "\n")
     row = {"design": name, "target": target, "parameters": design.resources["parameters"],
            "multipliers": design.resources["multipliers"], "latency_cycles": design.latency_cycles, "ii": design.ii}
+    dsp = get_target(target).budget.dsp
+    if design.resources["multipliers"] > dsp:
+        # Every product is a full-width multiply that the design needs in the same clock: past the part's DSP
+        # blocks the rest would be LUT multipliers, and synthesising thousands of them takes tens of minutes.
+        row.update(status="does-not-fit", note=f"{design.resources['multipliers']:,} multipliers in one clock > "
+                   f"{dsp:,} DSP blocks of {target} (checked before synthesis)")
+        return row
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TimingWarning)

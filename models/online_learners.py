@@ -37,7 +37,7 @@ __all__ = [
     "A2CConfig",
     "A2CResult",
     "LearnerError",
-    "LearnerSpec",
+    "FloatLearnerSpec",
     "OnlineLearner",
     "a2c_loss",
     "init_params",
@@ -56,8 +56,9 @@ class LearnerError(BitforgeError):
 
 
 @dataclass(frozen=True)
-class LearnerSpec:
-    """An online learner: model, layer sizes, and its update rule's step size.
+class FloatLearnerSpec:
+    """An online learner in float: model, layer sizes, and its update rule's step size (the reference that
+    :class:`bitforge.toolchain.learner.LearnerSpec`, the bit-accurate learner, is compared with).
 
     ``sizes`` = [d_in, hidden..., d_out]. KAN: every layer shares ``grid_range`` (lo, hi), ``grid_size``
     G and spline ``order`` k (1..3: the orders the hardware computes in closed form). MLP: ReLU between
@@ -125,23 +126,23 @@ class LearnerSpec:
 #:   0.0017, the tight grid (h = 0.375) 0.0002.
 #: - T2 MLP: diverges at eta = 2^-2; 2^-4 (0.0018 median) keeps a factor 4 from the edge.
 #: - T4: G = 8 on [-1, 1] (h = 1/4: cell index by bit slicing); G = 4..8 all err on ~7 %.
-REFERENCE_CONFIGS: dict[str, dict[str, LearnerSpec]] = {
+REFERENCE_CONFIGS: dict[str, dict[str, FloatLearnerSpec]] = {
     "t1": {
-        "kan": LearnerSpec("kan", (1, 1), grid_size=5, order=3, grid_range=(-2.25, 2.25), eta=2.0 ** -1),
-        "mlp": LearnerSpec("mlp", (1, 32, 1), eta=2.0 ** -6),
+        "kan": FloatLearnerSpec("kan", (1, 1), grid_size=5, order=3, grid_range=(-2.25, 2.25), eta=2.0 ** -1),
+        "mlp": FloatLearnerSpec("mlp", (1, 32, 1), eta=2.0 ** -6),
     },
     "t2": {
-        "kan": LearnerSpec("kan", (2, 1), grid_size=8, order=3, grid_range=(-1.5, 1.5), eta=2.0 ** -3),
-        "mlp": LearnerSpec("mlp", (2, 16, 1), eta=2.0 ** -4),
+        "kan": FloatLearnerSpec("kan", (2, 1), grid_size=8, order=3, grid_range=(-1.5, 1.5), eta=2.0 ** -3),
+        "mlp": FloatLearnerSpec("mlp", (2, 16, 1), eta=2.0 ** -4),
     },
     "t4": {
-        "kan": LearnerSpec("kan", (16, 1), grid_size=8, order=3, grid_range=(-1.0, 1.0), eta=2.0 ** -7),
-        "mlp": LearnerSpec("mlp", (16, 16, 1), eta=2.0 ** -7),
+        "kan": FloatLearnerSpec("kan", (16, 1), grid_size=8, order=3, grid_range=(-1.0, 1.0), eta=2.0 ** -7),
+        "mlp": FloatLearnerSpec("mlp", (16, 16, 1), eta=2.0 ** -7),
     },
 }
 
 
-def reference_spec(task: str, model: str = "kan", **overrides) -> LearnerSpec:
+def reference_spec(task: str, model: str = "kan", **overrides) -> FloatLearnerSpec:
     """The reference learner for ``task`` and ``model``, with any field overridden (e.g. ``eta=2**-3``)."""
     try:
         spec = REFERENCE_CONFIGS[task.lower()][model.lower()]
@@ -151,7 +152,7 @@ def reference_spec(task: str, model: str = "kan", **overrides) -> LearnerSpec:
     return replace(spec, **overrides)
 
 
-def _greville(spec: LearnerSpec) -> np.ndarray:
+def _greville(spec: FloatLearnerSpec) -> np.ndarray:
     """Knot averages of the G+k bases: sum_j greville_j B_j(x) = x on the grid (linear precision)."""
     lo, hi = spec.grid_range
     h = (hi - lo) / spec.grid_size
@@ -161,8 +162,8 @@ def _greville(spec: LearnerSpec) -> np.ndarray:
     return lo + (np.arange(spec.grid_size + k) - (k - 1) / 2.0) * h
 
 
-def init_params(spec: LearnerSpec, seed: int = 0) -> list[np.ndarray]:
-    """The initial parameters of one run, float64, in :meth:`LearnerSpec.param_shapes` order."""
+def init_params(spec: FloatLearnerSpec, seed: int = 0) -> list[np.ndarray]:
+    """The initial parameters of one run, float64, in :meth:`FloatLearnerSpec.param_shapes` order."""
     rng = np.random.default_rng(seed)
     out: list[np.ndarray] = []
     n_layers = len(spec.sizes) - 1
@@ -181,12 +182,12 @@ def init_params(spec: LearnerSpec, seed: int = 0) -> list[np.ndarray]:
 
 
 class OnlineLearner:
-    """R independent runs of one :class:`LearnerSpec`, stepped one sample at a time.
+    """R independent runs of one :class:`FloatLearnerSpec`, stepped one sample at a time.
 
     ``params[p]`` has shape ``(R,) + spec.param_shapes()[p]``; ``eta`` is per run ``(R,)``.
     """
 
-    def __init__(self, spec: LearnerSpec, seeds: Sequence[int] = (0,), etas: Sequence[float] | None = None,
+    def __init__(self, spec: FloatLearnerSpec, seeds: Sequence[int] = (0,), etas: Sequence[float] | None = None,
                  dtype: torch.dtype = torch.float64):
         self.spec = spec
         seeds = [int(s) for s in seeds]
@@ -272,13 +273,13 @@ def _one_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _check_fit(spec: LearnerSpec, task: Task) -> None:
+def _check_fit(spec: FloatLearnerSpec, task: Task) -> None:
     if spec.sizes[0] != task.d_in or spec.sizes[-1] != task.d_out:
         raise LearnerError(f"learner sizes {list(spec.sizes)} do not fit task {task.name} "
                            f"({task.d_in} -> {task.d_out}); use [{task.d_in}, ..., {task.d_out}]")
 
 
-def run_prequential_batch(spec: LearnerSpec, task: Task, seeds: Sequence[int] = (0,),
+def run_prequential_batch(spec: FloatLearnerSpec, task: Task, seeds: Sequence[int] = (0,),
                           etas: Sequence[float] | None = None, dtype: torch.dtype = torch.float64) -> np.ndarray:
     """Predictions ``(R, n, d_out)`` of R independent runs (one per seed / eta) over the whole task."""
     _check_fit(spec, task)
@@ -292,7 +293,7 @@ def run_prequential_batch(spec: LearnerSpec, task: Task, seeds: Sequence[int] = 
     return preds.numpy()
 
 
-def run_prequential(spec: LearnerSpec | str, task: Task, seed: int = 0) -> np.ndarray:
+def run_prequential(spec: FloatLearnerSpec | str, task: Task, seed: int = 0) -> np.ndarray:
     """Predictions ``(n, d_out)`` of one run; ``spec`` may be "kan"/"mlp" for the task's reference learner."""
     if isinstance(spec, str):
         spec = reference_spec(task.name, spec)
@@ -316,7 +317,7 @@ class A2CConfig:
     two: a shift). A truncated episode (500 steps) still bootstraps from V(s').
     """
 
-    spec: LearnerSpec = LearnerSpec("kan", (4, 3), grid_size=5, order=3, grid_range=(-1.0, 1.0), eta=2.0 ** -7)
+    spec: FloatLearnerSpec = FloatLearnerSpec("kan", (4, 3), grid_size=5, order=3, grid_range=(-1.0, 1.0), eta=2.0 ** -7)
     gamma: float = 0.99
     critic_weight: float = 1.0
     entropy: float = 0.0

@@ -130,7 +130,7 @@ def test_kan_learner_graph_holds_storage_codes_of_the_initial_state():
 
 
 def test_initial_state_equals_the_float_reference_init():
-    from bitforge.models.online_learners import LearnerSpec as FloatSpec
+    from bitforge.models.online_learners import FloatLearnerSpec as FloatSpec
     from bitforge.models.online_learners import init_params
     for kind, sizes in (("kan", (2, 4, 1)), ("mlp", (2, 8, 1))):
         fs = FloatSpec(kind, sizes, grid_size=5, order=3, grid_range=(-2.0, 2.0))

@@ -10,7 +10,7 @@ from bitforge.models.kan import KANLayer, bspline_basis
 from bitforge.models.online_learners import (
     A2CConfig,
     LearnerError,
-    LearnerSpec,
+    FloatLearnerSpec,
     OnlineLearner,
     _greville,
     a2c_loss,
@@ -25,13 +25,13 @@ from bitforge.models.online_tasks import make_task, prequential_metrics
 
 def test_spec_validation_and_reference_lookup():
     with pytest.raises(LearnerError, match="order"):
-        LearnerSpec("kan", (1, 1), order=4)
+        FloatLearnerSpec("kan", (1, 1), order=4)
     with pytest.raises(LearnerError, match="empty"):
-        LearnerSpec("kan", (1, 1), grid_range=(1.0, 1.0))
+        FloatLearnerSpec("kan", (1, 1), grid_range=(1.0, 1.0))
     with pytest.raises(LearnerError, match="model"):
-        LearnerSpec("rnn", (1, 1))
+        FloatLearnerSpec("rnn", (1, 1))
     with pytest.raises(LearnerError, match="eta"):
-        LearnerSpec("mlp", (1, 4, 1), eta=0.0)
+        FloatLearnerSpec("mlp", (1, 4, 1), eta=0.0)
     with pytest.raises(LearnerError, match="no reference"):
         reference_spec("t9")
     spec = reference_spec("t1", "kan", eta=0.125)
@@ -43,14 +43,14 @@ def test_spec_validation_and_reference_lookup():
 
 @pytest.mark.parametrize("order", [1, 2, 3])
 def test_greville_coefficients_reproduce_a_line(order):
-    spec = LearnerSpec("kan", (1, 1), grid_size=6, order=order, grid_range=(-1.5, 0.5))
+    spec = FloatLearnerSpec("kan", (1, 1), grid_size=6, order=order, grid_range=(-1.5, 0.5))
     x = torch.linspace(-1.5, 0.5, 41, dtype=torch.float64)
     b = bspline_basis(x, -1.5, 0.5, 6, order)
     np.testing.assert_allclose((b @ torch.tensor(_greville(spec))).numpy(), x.numpy(), atol=1e-12)
 
 
 def test_one_kan_step_is_the_sparse_lms_update():
-    spec = LearnerSpec("kan", (1, 1), grid_size=5, order=3, grid_range=(-2.0, 2.0), eta=0.25)
+    spec = FloatLearnerSpec("kan", (1, 1), grid_size=5, order=3, grid_range=(-2.0, 2.0), eta=0.25)
     learner = OnlineLearner(spec)
     x, t = torch.tensor([[0.3]], dtype=torch.float64), torch.tensor([[0.7]], dtype=torch.float64)
     assert learner.step(x, t).item() == 0.0  # zero-initialised output layer, predicted before the update
@@ -62,8 +62,8 @@ def test_one_kan_step_is_the_sparse_lms_update():
 
 def test_deep_step_matches_autograd_of_the_exported_modules():
     """Hidden layers learn through phi' with the PRE-update coefficients, plain SGD on sum (y - t)^2."""
-    for spec in (LearnerSpec("kan", (3, 4, 2), grid_size=4, order=2, grid_range=(-1.0, 1.0), eta=0.1),
-                 LearnerSpec("mlp", (3, 5, 2), eta=0.1)):
+    for spec in (FloatLearnerSpec("kan", (3, 4, 2), grid_size=4, order=2, grid_range=(-1.0, 1.0), eta=0.1),
+                 FloatLearnerSpec("mlp", (3, 5, 2), eta=0.1)):
         learner = OnlineLearner(spec, seeds=[3])
         net = learner.to_modules(0, torch.float64)
         assert isinstance(net[0], KANLayer if spec.model == "kan" else torch.nn.Linear)
@@ -80,7 +80,7 @@ def test_deep_step_matches_autograd_of_the_exported_modules():
 
 def test_runs_in_a_batch_are_independent():
     task = make_task("t1", 0, n=300)
-    spec = LearnerSpec("kan", (1, 4, 1), grid_size=5, order=3, grid_range=(-2.25, 2.25))
+    spec = FloatLearnerSpec("kan", (1, 4, 1), grid_size=5, order=3, grid_range=(-2.25, 2.25))
     batch = run_prequential_batch(spec, task, seeds=[1, 2], etas=[2.0 ** -3, 2.0 ** -5])
     alone = run_prequential_batch(replace(spec, eta=2.0 ** -5), task, seeds=[2])[0]
     np.testing.assert_allclose(batch[1], alone, rtol=1e-12, atol=1e-14)
@@ -139,7 +139,7 @@ def test_a2c_smoke():
     assert all(8 <= ret <= 500 for r in a.returns for ret in r)
     assert sorted(seen) == sorted((r, i + 1, ret) for r in (0, 1) for i, ret in enumerate(a.returns[r]))
     with pytest.raises(LearnerError, match="2 logits"):
-        A2CConfig(spec=LearnerSpec("kan", (4, 2)))
+        A2CConfig(spec=FloatLearnerSpec("kan", (4, 2)))
 
 
 def test_a2c_feedback_is_the_on_chip_rule():

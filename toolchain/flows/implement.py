@@ -135,13 +135,14 @@ def _run_flow(out: Path, work: Path, t: Target, man: Manifest, clock: float, see
         entry["vivado"] = {k: (rel(v) if k != "run" else f"cd {rel('.')} && {v}") for k, v in vivado.items()}
         progress(f"{t.name}: synthesis-only estimate, no bitstream; Vivado project in {entry['vivado']['project']}")
     else:
-        _place_route_pack(work, t, man, synth, clock, seed, cache, progress, entry, rel)
+        _place_route_pack(work, t, man, synth, clock, seed, cache, progress, entry, rel, pnr_options)
     entry["cached"] = all(s["cached"] for s in entry["stages"].values())
     return entry
 
 
 def _place_route_pack(work: Path, t: Target, man: Manifest, synth: SynthResult, clock: float, seed: int,
-                      cache: StageCache, progress: Progress, entry: dict, rel: Callable[[str], str]) -> None:
+                      cache: StageCache, progress: Progress, entry: dict, rel: Callable[[str], str],
+                      pnr_options: tuple[str, ...] = ()) -> None:
     flow = t.flow
     assert flow is not None
     pin_file = None
@@ -152,8 +153,7 @@ def _place_route_pack(work: Path, t: Target, man: Manifest, synth: SynthResult, 
             write_atomic(work / pin_file, text)
         entry["pin_file"] = rel(pin_file)
     pnr = place_and_route(work, t, synth.netlist, man.top, clock_mhz=clock, seed=seed, pin_file=pin_file,
-                          extra_args=pnr_options,
-                          cache=cache, progress=progress)
+                          cache=cache, progress=progress, extra_args=pnr_options)
     packed = pack_bitstream(work, t, pnr.placed, man.top, cache=cache, progress=progress)
     entry.update({r: pnr.resources[r] for r in (*RESOURCES, "io") if r in pnr.resources})
     entry["resources_from"] = "nextpnr (after place and route)" + (

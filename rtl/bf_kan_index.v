@@ -33,7 +33,8 @@ module bf_kan_index #(
     /* verilator lint_on UNUSEDSIGNAL */
     input  wire [X_W-1:0]    x,
     output wire [CELL_W-1:0] cell_idx,
-    output wire [((U > 0) ? U : 1)-1:0] u
+    output wire [((U > 0) ? U : 1)-1:0] u,
+    output wire              in_grid     // the position was inside the grid (not clamped): learners' backprop
 );
     localparam integer UW = (U > 0) ? U : 1;
     // x - lo needs one bit above the wider operand (x is widened by one bit when unsigned).
@@ -81,7 +82,10 @@ module bf_kan_index #(
         if (REGISTERED != 0) begin : g_reg
             reg [CELL_W-1:0] cell_q;
             reg [UW-1:0] u_q;
+            reg in_q;
             always @(posedge clk) if (ce) cell_q <= s[S_W-1 -: CELL_W];
+            always @(posedge clk) if (ce) in_q <= !below && !above;
+            assign in_grid = in_q;
             if (U > 0) begin : g_u
                 always @(posedge clk) if (ce) u_q <= s[UW-1:0];
             end else begin : g_u0
@@ -91,6 +95,7 @@ module bf_kan_index #(
             assign u = u_q;
         end else begin : g_comb
             assign cell_idx = s[S_W-1 -: CELL_W];
+            assign in_grid = !below && !above;
             if (U > 0) begin : g_u
                 assign u = s[UW-1:0];
             end else begin : g_u0

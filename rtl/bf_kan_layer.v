@@ -94,10 +94,14 @@ module bf_kan_layer #(
         for (i = 0; i < N_IN; i = i + 1) begin : g_in
             wire [CELL_W-1:0] cell_idx;
             wire [UW-1:0] u;
+            /* verilator lint_off UNUSEDSIGNAL */
+            wire in_grid_unused;  // inference clamps silently; only the learners' backprop needs it
+            /* verilator lint_on UNUSEDSIGNAL */
             bf_kan_index #(.X_W(X_W), .X_SIGNED(X_SIGNED), .G(G), .U(U), .CELL_W(CELL_W), .LO_W(LO_W),
                            .INDEX_LO(INDEX_LO), .MULT_W(MULT_W), .INDEX_MULT(INDEX_MULT),
                            .INDEX_SHIFT(INDEX_SHIFT))
-                u_index (.clk(clk), .ce(ce), .x(in_data[i*X_W +: X_W]), .cell_idx(cell_idx), .u(u));
+                u_index (.clk(clk), .ce(ce), .x(in_data[i*X_W +: X_W]), .cell_idx(cell_idx), .u(u),
+                         .in_grid(in_grid_unused));
 
             wire [(K+1)*B_W-1:0] b;
             if (BASIS_CLOSED != 0) begin : g_closed

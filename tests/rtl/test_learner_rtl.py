@@ -72,9 +72,7 @@ def test_basis_choice():
         basis_choice(t1_reference(), "lut")
 
 
-def test_hidden_layers_and_mlps_are_clear_errors():
-    with pytest.raises(LearnerError, match="one layer"):
-        generate_kan_learner(kan_learner(sizes=(2, 3, 1)))
+def test_an_mlp_is_a_clear_error_for_the_kan_generator():
     fm = LearnerFormats.make("fixed<16,6>")
     mlp = build_learner(LearnerSpec("mlp", (2, 4, 1), formats=fm))
     with pytest.raises(LearnerError, match="is a mlp"):
@@ -86,6 +84,8 @@ LINT_CASES = {
     "rom-k2-stochastic-3x2": dict(sizes=(3, 2), order=2, rounding="stochastic", init="zeros"),
     "circuit-k1-stochastic-2x3": dict(sizes=(2, 3), order=1, rounding="stochastic", basis="circuit"),
     "circuit-k3-8bit": dict(sizes=(2, 1), datapath="fixed<8,4>", grid=(-2.0, 2.0), G=4, basis="circuit", lr=0),
+    "deep-2-3-1": dict(sizes=(2, 3, 1)),
+    "deep-1-2-2-2-stochastic": dict(sizes=(1, 2, 2, 2), order=2, rounding="stochastic"),
 }
 
 
@@ -124,6 +124,9 @@ SIM_CASES = {
     "circuit-k3-2x2": dict(sizes=(2, 2), basis="circuit"),
     "circuit-k2-stochastic-8bit": dict(sizes=(2, 1), order=2, rounding="stochastic", datapath="fixed<8,4>",
                                        grid=(-2.0, 2.0), G=4, basis="circuit", lr=0),
+    "deep-2-3-1-k3": dict(sizes=(2, 3, 1)),
+    "deep-3-2-2-k2-stochastic": dict(sizes=(3, 2, 2), order=2, rounding="stochastic"),
+    "deep-2-2-1-k1-circuit": dict(sizes=(2, 2, 1), order=1, basis="circuit"),
 }
 
 
@@ -134,6 +137,21 @@ def test_learner_variants_on_icarus(tmp_path, case):
     L = kan_learner(**kw)
     x, t, le = random_stream(L, 500, seed=len(case))
     check(simulate_learner(L, x, t, le, work=tmp_path, simulator="icarus", basis=basis, seed=2), 500)
+
+
+def test_hidden_layers_learn_through_the_spline_derivatives(tmp_path):
+    """A 3-layer KAN: every layer's coefficients move (the gradient reaches the first layer through two layers
+    of spline derivatives), and the RTL follows the golden trajectory and state bit for bit."""
+    from bitforge.toolchain import emulate_learn
+
+    L = kan_learner(sizes=(2, 3, 2, 1))
+    x, t, le = random_stream(L, 400, seed=9)
+    final = emulate_learn.run(L, x, t, le).final
+    for before, after in zip(L.state(), final):
+        assert (before["coeffs"] != after["coeffs"]).sum() > 10
+    design = generate_kan_learner(L)
+    assert design.ii == 1 and design.latency_cycles == 2
+    check(simulate_learner(L, x, t, le, work=tmp_path, simulator="verilator", seed=8), 400)
 
 
 def test_a_new_sample_enters_every_clock(tmp_path):

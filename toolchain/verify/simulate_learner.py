@@ -63,18 +63,18 @@ def _checkpoint(learner: Learner, after: int, state) -> dict:
     if learner.spec.kind == "mlp":
         addresses, words = readback_words(learner, state)
         return {"after": after, "addresses": addresses, "words": words}
-    n = learner.layers()[0]
     st = learner.formats.storage
-    C = np.asarray(state[0]["coeffs"], dtype=np.int64)
     mask = (1 << st.width) - 1
     addresses, words = [], []
-    for i in range(n.in_features):
-        for p in range(n.grid_size + n.order):
-            addresses.append(coefficient_address(learner, i, p))
-            w = 0
-            for o in range(n.out_features):
-                w |= (int(C[o, i, p]) & mask) << (o * st.width)
-            words.append(f"{w:x}")
+    for layer, n in enumerate(learner.layers()):
+        C = np.asarray(state[layer]["coeffs"], dtype=np.int64)
+        for i in range(n.in_features):
+            for p in range(n.grid_size + n.order):
+                addresses.append(coefficient_address(learner, i, p, layer))
+                w = 0
+                for o in range(n.out_features):
+                    w |= (int(C[o, i, p]) & mask) << (o * st.width)
+                words.append(f"{w:x}")
     return {"after": after, "addresses": addresses, "words": words}
 
 

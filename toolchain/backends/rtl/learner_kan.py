@@ -1,29 +1,32 @@
-"""RTL of an online KAN learner: predict, error, sparse update, one sample per clock (II = 1).
+"""RTL of an online KAN learner: predict, error, back-propagate, sparse update, one sample per clock (II = 1).
 
 The generated core is bit-exact with :func:`bitforge.toolchain.emulate_learn.run` over whole trajectories.
-Per input i the G+k coefficients of every output live in k+1 *cyclic banks* (bank j holds coefficient
-p with p mod (k+1) = j, at address p div (k+1), all outputs side by side in one word), so the k+1 active
-coefficients of a cell are always in k+1 different banks: one read and one write per bank per sample.
+Per layer and input i the G+k coefficients of every output live in k+1 *cyclic banks* (bank j holds
+coefficient p with p mod (k+1) = j, at address p div (k+1), all outputs side by side in one word), so the
+k+1 active coefficients of a cell are always in k+1 different banks: one read and one write per bank per sample.
 
-Pipeline (``latency = index + basis + 1`` register stages, II 1 while nothing stalls):
+Pipeline (``latency`` = front + 1 register stages, II 1 while nothing stalls):
 
-* **index** (``bf_kan_index``): cell and local coordinate u, by bit slice or one constant multiply;
-* **basis** (``bf_kan_basis_rom`` or ``bf_kan_basis_closed``): the k+1 weights; on its last edge the banks
-  are read (synchronous read, the block-RAM form) at ``cell div (k+1) + (j < cell mod (k+1))``;
-* **learn** (one cycle): bases rotated into bank order, coefficients read storage -> coeff, products, exact
-  sum, prediction, ``e = y - t``, per bank ``c - round((2 e b) >> lr_shift)`` saturated, written back.
+* **front** (the first layer): cell and local coordinate (``bf_kan_index``, a bit slice or one constant
+  multiply), the k+1 basis weights (a ROM of the golden table, rotated into bank order, in the same cycle;
+  or the pipelined closed-form circuit ``bf_kan_basis_closed``), and the banks read (synchronous, the
+  block-RAM form) at ``cell div (k+1) + (j < cell mod (k+1))``;
+* **learn** (one cycle): coefficients read storage -> coeff, products, exact sum, layer output; hidden
+  layers (any number) follow inside the same cycle with combinational index, ROM and bank reads (their
+  inputs are this cycle's outputs); then ``e = y - t``, back-propagation from the last layer down
+  (``g_x = round((1/h) sum_o g_o sum_m c_m db_m/du)`` with the pre-update coefficients, zero where the
+  input was clamped), and per bank ``c - round((2 g b) >> lr_shift)`` saturated, written back.
 
-The loop-carried dependency (sample t+1 must see sample t's update) closes inside the learn cycle through
-**write-to-read forwarding**: the bank read for sample t+1 happens on the same edge as sample t's write and
-returns the old word, so the learn stage keeps sample t's written words and addresses in registers and
-takes them instead of the memory's where the addresses match. Older writes are already in the memory.
-Stalls freeze the whole pipeline (one clock enable), so "the previous learn-stage occupant" is always the
-sample whose write coincided with the read.
+The loop-carried dependency (sample t+1 must see sample t's update) closes inside the learn cycle. For the
+first layer through **write-to-read forwarding**: the bank read for sample t+1 happens on the same edge as
+sample t's write and returns the old word, so the learn stage keeps sample t's written words and takes them
+where the addresses matched (decided a cycle early, off the loop). Hidden layers read asynchronously inside
+the cycle, after the previous edge's write. Stalls freeze the whole pipeline (one clock enable).
 
 The core streams ``{learn_enable, t[d_out], x[d_in]}`` in (AXI4-Stream, tlast passed through) and the
-predictions out; a read-back port returns every output's coefficient p of input i (storage codes) while the
-pipeline is drained, for checkpointing. Reset restarts the pipeline and the LFSRs; the coefficients are the
-learned state and keep their values (the bitstream holds the initial ones).
+predictions out; a read-back port returns every output's coefficient p of layer l, input i (storage codes)
+while the pipeline is drained, for checkpointing. Reset restarts the pipeline and the LFSRs; the
+coefficients are the learned state and keep their values (the bitstream holds the initial ones).
 """
 from __future__ import annotations
 
@@ -81,10 +84,6 @@ def _check(learner: Learner) -> None:
     if spec.kind != "kan":
         raise LearnerError(f"learner '{learner.graph.name}' is a {spec.kind}; this generator builds KAN learners "
                            "(bitforge.toolchain.backends.rtl.learner_mlp builds MLPs)")
-    if spec.n_layers != 1:
-        raise LearnerError(f"learner '{learner.graph.name}' has {spec.n_layers} KAN layers; the RTL learner builds "
-                           "one layer [d_in, d_out] for now (every reference configuration is one layer); a hidden "
-                           "layer's back-propagation through spline derivatives is in the golden model only")
 
 
 def basis_choice(learner: Learner, basis: str = "auto") -> bool:
@@ -109,7 +108,9 @@ def generate_kan_learner(learner: Learner, name: str | None = None, basis: str =
     n = learner.layers()[0]
     name = verilog_name(name or learner.graph.name)
     closed = basis_choice(learner, basis)
-    n_in, n_out, k, G = n.in_features, n.out_features, n.order, n.grid_size
+    nodes = learner.layers()
+    n_in, n_out0, k, G = n.in_features, n.out_features, n.order, n.grid_size
+    n_out = nodes[-1].out_features  # the predictions
     k1, n_coef = k + 1, G + k
     depth = -(-n_coef // k1)
     x_t, dp, co, st, bt, et = f.input, f.datapath, f.coeff, f.storage, f.basis, f.error
@@ -121,6 +122,7 @@ def generate_kan_learner(learner: Learner, name: str | None = None, basis: str =
     # widths of the learn stage
     prod_w = co.width + bt.width + 1  # signed coeff x (0, basis)
     sum_w = prod_w + _clog2(n_in * k1) + 1
+    db_w = bt.frac + 2  # a derivative code: signed, |db| <= 1
     acc = kan_accum_type(f, n_in)
     sum_frac = co.frac + bt.frac
     assert sum_frac == acc.frac
@@ -142,22 +144,25 @@ def generate_kan_learner(learner: Learner, name: str | None = None, basis: str =
             words = []
             for a in range(depth):
                 p = a * k1 + j
-                col = C[:, i, p] if p < n_coef else np.zeros(n_out, dtype=np.int64)
+                col = C[:, i, p] if p < n_coef else np.zeros(n_out0, dtype=np.int64)
                 words.append(packed_parameter(col, st.width))
             mems.append({"i": i, "j": j, "init": words})
-    seeds = lane_seeds(spec)[0][0] if stochastic else None  # (out, in, k+1)
-    lanes = [{"o": o, "i": i, "m": m, "seed": f"32'h{int(seeds[o, i, m]):08x}"}
-             for o in range(n_out) for i in range(n_in) for m in range(k1)] if stochastic else []
+    all_seeds = lane_seeds(spec) if stochastic else None
+    lanes = _lanes(all_seeds, 0, n_out0, n_in, k1)
 
     lo_w = _signed_width(n.index_lo)
     mult_w = max(1, n.index_mult.bit_length())
     cell_w = max(1, (G - 1).bit_length())
     addr_w = max(1, _clog2(depth))
-    rb_i_w = max(1, _clog2(n_in))
+    rb_i_w = max(1, _clog2(max(m.in_features for m in nodes)))
+    rb_l_w = _clog2(len(nodes))  # 0 for one layer: the address is {i, p}
     rb_p_w = max(1, _clog2(n_coef))
     table = None if closed else [packed_parameter(row, bt.width) for row in basis_table(k, n.u_bits, bt, n.basis_impl)]
     in_w = n_in * x_t.width + n_out * dp.width + 1
     out_w = n_out * dp.width
+    rb_data_w = max(m.out_features for m in nodes) * st.width
+    deep = [_deep_layer(learner, l, m, all_seeds, prod_w=prod_w, db_w=db_w, depth=depth)
+            for l, m in enumerate(nodes) if l > 0]
     ctx = dict(
         name=name, graph=learner.graph.name, spec=spec, n_in=n_in, n_out=n_out, k=k, k1=k1, G=G, depth=depth,
         x_w=x_t.width, dp_w=dp.width, dp_frac=dp.frac, co_w=co.width, co_frac=co.frac, st_w=st.width,
@@ -169,26 +174,95 @@ def generate_kan_learner(learner: Learner, name: str | None = None, basis: str =
         closed=closed, table=table, front=front, index_latency=index_latency, basis_latency=basis_latency,
         latency=front + 1, prod_w=prod_w, sum_w=sum_w, sum_frac=sum_frac, upd_w=upd_w, d=d,
         delta_w=delta_w, new_w=new_w, stochastic=stochastic, rand_bits=rb_bits, lanes=lanes, mems=mems,
-        addr_w=addr_w, rb_i_w=rb_i_w, rb_p_w=rb_p_w, rb_addr_w=rb_i_w + rb_p_w, rb_data_w=n_out * st.width,
+        addr_w=addr_w, rb_i_w=rb_i_w, rb_p_w=rb_p_w, rb_l_w=rb_l_w, rb_addr_w=rb_l_w + rb_i_w + rb_p_w,
+        rb_data_w=rb_data_w, n_out0=n_out0, deep=deep, n_layers=len(nodes), db_w=db_w,
+        y_last="y" if not deep else f"L{len(nodes) - 1}_y",
         in_w=in_w, out_w=out_w, sb_w=n_out * dp.width + 2, lr_shift=spec.rule.lr_shift,
-        grid_lo=n.grid_lo, grid_hi=n.grid_hi, word_w=n_out * st.width, r_w=max(1, _clog2(k1)),
-        pow2=k1 & (k1 - 1) == 0, rb_byte_w=max(1, _clog2(-(-n_out * st.width // 8))),
+        grid_lo=n.grid_lo, grid_hi=n.grid_hi, word_w=n_out0 * st.width, r_w=max(1, _clog2(k1)),
+        pow2=k1 & (k1 - 1) == 0, rb_byte_w=max(1, _clog2(-(-rb_data_w // 8))), sizes=list(spec.sizes),
     )
-    ext = sum_w - prod_w
-    ctx["sums"] = [_balanced_sum([f"$signed({{{{{ext}{{pr_{o}_{i}_{j}[{prod_w - 1}]}}}}, pr_{o}_{i}_{j}}})"
-                                  for i in range(n_in) for j in range(k1)]) for o in range(n_out)]
+    ctx["sums"] = [_balanced_sum([_sext(f"pr_{o}_{i}_{j}", prod_w, sum_w) for i in range(n_in) for j in range(k1)])
+                   for o in range(n_out0)]
     env = _env()
     files = {f"{name}.v": env.get_template("learner_kan.v.j2").render(**ctx),
              f"{name}_board.v": env.get_template("learner_board.v.j2").render(**ctx)}
+    products = sum(m.out_features * m.in_features * k1 for m in nodes)
+    backprop = sum(m.out_features * m.in_features * (k1 + 1) + m.in_features for m in nodes[1:])
+    index = sum(m.in_features * (m.index_mult != 1) for m in nodes)
     resources = {
-        "multipliers": 2 * n_out * n_in * k1 + n_in * ((n.index_mult != 1) + ({1: 0, 2: 1, 3: 2}[k] if closed else 0)),
-        "coefficient_bits": n_in * k1 * depth * n_out * st.width,
+        "multipliers": 2 * products + backprop + index + n_in * ({1: 0, 2: 1, 3: 2}[k] if closed else 0),
+        "coefficient_bits": sum(m.in_features * k1 * depth * m.out_features * st.width for m in nodes),
         "basis": "closed_form circuit" if closed else f"rom ({n.basis_impl} table)",
-        "rom_bits": 0 if closed else n_in * (1 << n.u_bits) * k1 * bt.width,
-        "lfsr_lanes": len(lanes),
-        "parameters": int(C.size),
+        "rom_bits": (0 if closed else n_in * (1 << n.u_bits) * k1 * bt.width)
+        + sum(m.in_features * (1 << m.u_bits) * k1 * (bt.width + db_w) for m in nodes[1:]),
+        "lfsr_lanes": len(lanes) + sum(len(D["lanes"]) for D in deep),
+        "parameters": int(sum(m.coeffs.size for m in nodes)),
     }
-    return LearnerRtl(name, files, LIBRARY, front + 1, 1, in_w, out_w, rb_i_w + rb_p_w, n_out * st.width, resources)
+    return LearnerRtl(name, files, LIBRARY, front + 1, 1, in_w, out_w, rb_l_w + rb_i_w + rb_p_w, rb_data_w,
+                      resources)
+
+
+def _sext(name: str, w: int, to: int) -> str:
+    """``name`` (signed, ``w`` bits) sign-extended to ``to`` bits, as a signed Verilog expression."""
+    return f"$signed({{{{{to - w}{{{name}[{w - 1}]}}}}, {name}}})" if to > w else f"$signed({name})"
+
+
+def _lanes(seeds, layer: int, n_out: int, n_in: int, k1: int) -> list[dict]:
+    if seeds is None:
+        return []
+    s = seeds[layer][0]  # (out, in, k+1)
+    return [{"o": o, "i": i, "m": m, "seed": f"32'h{int(s[o, i, m]):08x}"}
+            for o in range(n_out) for i in range(n_in) for m in range(k1)]
+
+
+def _deep_layer(learner: Learner, l: int, n, seeds, *, prod_w: int, db_w: int, depth: int) -> dict:
+    """Everything layer ``l`` >= 1 (inside the learn cycle) needs: its index map, tables, banks and widths."""
+    from ...emulate_learn import derivative_table
+
+    f = learner.formats
+    co, bt, et, st = f.coeff, f.basis, f.error, f.storage
+    k1 = n.order + 1
+    n_coef = n.grid_size + n.order
+    C = np.asarray(n.coeffs, dtype=np.int64)
+    mems = []
+    for i in range(n.in_features):
+        for j in range(k1):
+            words = []
+            for a in range(depth):
+                p = a * k1 + j
+                col = C[:, i, p] if p < n_coef else np.zeros(n.out_features, dtype=np.int64)
+                words.append(packed_parameter(col, st.width))
+            mems.append({"i": i, "j": j, "init": words})
+    sum_w = prod_w + _clog2(n.in_features * k1) + 1
+    # backprop: pd = sum_m c db (frac coeff + basis), s = sum_o g pd, gx = round(s * mult * 2^-shift)
+    pdp_w = co.width + db_w
+    pd_w = pdp_w + _clog2(k1) + 1
+    gp_w = et.width + pd_w
+    s_w = gp_w + _clog2(n.out_features) + 1
+    mult, shift = n.index_mult, co.frac + bt.frac + n.index_shift + n.u_bits - f.datapath.frac
+    while mult % 2 == 0:  # as the golden model folds it
+        mult, shift = mult // 2, shift - 1
+    mult_lit_w = max(1, mult.bit_length())
+    lo_w = _signed_width(n.index_lo)
+    mw = max(1, n.index_mult.bit_length())
+    table = basis_table(n.order, n.u_bits, bt, n.basis_impl)
+    dtable = derivative_table(n.order, n.u_bits, bt, n.basis_impl)
+    return dict(
+        l=l, n_in=n.in_features, n_out=n.out_features, x_name="y" if l == 1 else f"L{l - 1}_y",
+        lo_w=lo_w, index_lo=verilog_literal(n.index_lo, lo_w), mult_w=mw, index_mult=verilog_literal(n.index_mult, mw),
+        index_shift=n.index_shift, u_bits=n.u_bits, u_w=max(1, n.u_bits),
+        table=[packed_parameter(r, bt.width) for r in table], dtable=[packed_parameter(r, db_w) for r in dtable],
+        mems=mems, word_w=n.out_features * st.width, sum_w=sum_w,
+        sums=[_balanced_sum([_sext(f"L{l}_pr_{o}_{i}_{j}", prod_w, sum_w) for i in range(n.in_features)
+                             for j in range(k1)]) for o in range(n.out_features)],
+        pdp_w=pdp_w, pd_w=pd_w, gp_w=gp_w, s_w=s_w, gs_w=s_w + mult_lit_w + 1,
+        pdsums=[[_balanced_sum([_sext(f"L{l}_pp_{o}_{i}_{j}", pdp_w, pd_w) for j in range(k1)])
+                 for i in range(n.in_features)] for o in range(n.out_features)],
+        ssums=[_balanced_sum([_sext(f"L{l}_gp_{o}_{i}", gp_w, s_w) for o in range(n.out_features)])
+               for i in range(n.in_features)],
+        inv_mult=mult, inv_shift=shift, inv_mult_lit=f"{mult_lit_w}'d{mult}",
+        lanes=_lanes(seeds, l, n.out_features, n.in_features, k1),
+    )
 
 
 def _balanced_sum(terms: list[str]) -> str:
@@ -217,11 +291,13 @@ def pack_inputs(learner: Learner, x_codes: np.ndarray, target_codes: np.ndarray,
     return out
 
 
-def coefficient_address(learner: Learner, i: int, p: int) -> int:
-    """The read-back address of input i's coefficient p (every output's at once): ``{i, p}``."""
-    n = learner.layers()[0]
-    p_w = max(1, _clog2(n.grid_size + n.order))
-    return (i << p_w) | p
+def coefficient_address(learner: Learner, i: int, p: int, layer: int = 0) -> int:
+    """The read-back address of layer ``layer``'s input i, coefficient p (every output's at once):
+    ``{layer, i, p}`` (``{i, p}`` for a one-layer learner)."""
+    nodes = learner.layers()
+    p_w = max(1, _clog2(nodes[0].grid_size + nodes[0].order))
+    i_w = max(1, _clog2(max(m.in_features for m in nodes)))
+    return (layer << (i_w + p_w)) | (i << p_w) | p
 
 
 def readback_codes(learner: Learner, word: int) -> np.ndarray:

@@ -149,12 +149,18 @@ def _implement_learner(learner, name: str, target: str, work: Path, progress: Pr
     from .flows.targets import DoesNotFit, get_target
     from .verify.simulate_learner import generate_learner, write_sources
 
-    design = generate_learner(learner)
+    from .backends.rtl.learner_mlp import choose_lanes
+
+    lanes = choose_lanes(learner, get_target(target).budget.dsp)
+    design = generate_learner(learner, mlp_lanes=lanes)
+    if lanes is not None:
+        name = f"{name}_x{lanes}"
     out = work / name
     write_sources(design, out / "rtl")
     (out / "rtl" / "manifest.json").write_text(json.dumps(design.manifest(), indent=2) + "\n")
     row = {"design": name, "target": target, "parameters": design.resources["parameters"],
-           "multipliers": design.resources["multipliers"], "latency_cycles": design.latency_cycles, "ii": design.ii}
+           "multipliers": design.resources["multipliers"], "latency_cycles": design.latency_cycles, "ii": design.ii,
+           "form": "fully parallel" if lanes is None else f"time-multiplexed, {lanes} lanes"}
     dsp = get_target(target).budget.dsp
     if design.resources["multipliers"] > dsp:
         # Every product is a full-width multiply that the design needs in the same clock: past the part's DSP

@@ -49,6 +49,7 @@ class LearnOptions:
     rtl: bool = False
     simulator: str = "both"
     basis: str = "auto"
+    mlp_lanes: Optional[int] = None  # MLP: None = fully parallel (II 1), N = time-multiplexed, N hidden units a round
 
 
 def fixed_spec(opts: LearnOptions) -> tuple[LearnerSpec, object]:
@@ -151,11 +152,11 @@ def run_learn(opts: LearnOptions, out: Path, progress: Progress = lambda m: None
 def _rtl(learner: Learner, x: np.ndarray, t: np.ndarray, folder: Path, opts: LearnOptions, progress: Progress) -> dict:
     from .verify.simulate_learner import generate_learner, simulate_learner, write_sources
 
-    design = generate_learner(learner, opts.basis)
+    design = generate_learner(learner, opts.basis, opts.mlp_lanes)
     write_sources(design, folder / "rtl")
     (folder / "rtl" / "manifest.json").write_text(json.dumps(design.manifest(), indent=2) + "\n")
     sims = simulate_learner(learner, x, t, work=folder / "sim", simulator=opts.simulator, seed=opts.seed,
-                            basis=opts.basis, progress=progress)
+                            basis=opts.basis, mlp_lanes=opts.mlp_lanes, progress=progress)
     results = {s: r.to_json() for s, r in sims.items()}
 
     def change(report: dict) -> None:
@@ -204,12 +205,22 @@ def options_from_args(args) -> LearnOptions:
     return LearnOptions(task=args.task, model=args.model, datapath=args.datapath, guard_bits=args.guard_bits,
                         lr_shift=args.lr_shift, rounding=args.rounding, grid_size=args.grid_size, order=args.order,
                         samples=args.samples, seed=args.seed, rtl=args.rtl or bool(args.target),
-                        simulator=args.simulator, basis=args.basis)
+                        simulator=args.simulator, basis=args.basis, mlp_lanes=args.mlp_lanes)
 
 
 def run_learn_flow(opts: LearnOptions, out: Path, target: Optional[str], printer: Callable[[str], None],
                    progress: Progress, pnr_seed: int = 1) -> dict:
     """``bitforge learn`` (and ``bitforge flow learn:TASK``): golden, RTL trajectory, then ``implement``."""
+    if target and opts.model == "mlp" and opts.mlp_lanes is None:
+        from dataclasses import replace as dc_replace
+
+        from .backends.rtl.learner_mlp import choose_lanes
+        from .flows.targets import get_target
+
+        lanes = choose_lanes(build_learner(fixed_spec(opts)[0]), get_target(target).budget.dsp)
+        if lanes is not None:
+            progress(f"the fully parallel MLP does not fit {target}'s DSP blocks: time-multiplexed, {lanes} lanes")
+            opts = dc_replace(opts, mlp_lanes=lanes)
     m = run_learn(opts, out, progress)
     fx, fl = m["fixed"], m["float"]
     printer(f"{m['task']} {m['model']}: {m['samples']:,} samples; mean MSE fixed {fx['mean_mse']:.5f} vs float "
@@ -268,6 +279,9 @@ def add_commands(sub, fmt) -> None:
     p.add_argument("--simulator", default="both", choices=["icarus", "verilator", "both"])
     p.add_argument("--basis", default="auto", choices=["auto", "rom", "circuit"],
                    help="KAN bases from a ROM of the golden table or the closed-form circuit (default auto)")
+    p.add_argument("--mlp-lanes", type=int, default=None, metavar="N",
+                   help="MLP: time-multiplexed, N hidden units per round (default: fully parallel, or with --target "
+                        "the most that fit its DSP blocks when the fully parallel form does not)")
     p.add_argument("--target", default=None, metavar="T", help="also implement on T (implies --rtl)")
     p.add_argument("--pnr-seed", type=int, default=1)
 

@@ -266,3 +266,38 @@ def test_mlp_t4_reference_10000_samples(tmp_path, simulator):
     L = build_learner(fixed_spec(LearnOptions("t4", model="mlp", rounding="stochastic"))[0])
     x, t = task_codes(L, make_task("t4", 1))
     check(simulate_learner(L, x, t, work=tmp_path, simulator=simulator, seed=7), 10_000)
+
+
+# -- the time-multiplexed MLP ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sizes,lanes", [((2, 5, 2), 2), ((1, 4, 1), 1), ((3, 6, 2), 4), ((2, 3, 1), 3)])
+def test_time_multiplexed_mlp_is_bit_exact(tmp_path, sizes, lanes):
+    from bitforge.toolchain.backends.rtl.learner_mlp import generate_mlp_folded
+
+    L = mlp_learner(sizes=sizes, lr=3)
+    d = generate_mlp_folded(L, lanes)
+    rounds = -(-sizes[1] // lanes)
+    assert d.ii == 2 * rounds + 2 and d.latency_cycles == rounds + 1
+    srcs = write_sources(d, tmp_path / "lint")
+    lint = subprocess.run(["verilator", "--lint-only", "-Wall", "-Wno-DECLFILENAME", "--top-module", f"{d.name}_board",
+                           *map(str, srcs)], capture_output=True, text=True,
+                          env={**__import__("os").environ, **simulator_env("verilator")})
+    assert lint.returncode == 0, lint.stderr[-3000:]
+    x, t, le = random_stream_mlp(L, 300, seed=sum(sizes) + lanes)
+    check(simulate_learner(L, x, t, le, work=tmp_path / "sim", simulator="icarus", mlp_lanes=lanes, seed=5), 300)
+
+
+def test_mlp_lanes_are_chosen_from_the_dsp_budget():
+    from bitforge.toolchain.backends.rtl.learner_mlp import choose_lanes, folded_multipliers, lanes_for
+    from bitforge.toolchain.learn_cmd import LearnOptions, fixed_spec
+
+    t4 = build_learner(fixed_spec(LearnOptions("t4", model="mlp"))[0])
+    assert choose_lanes(t4, 6840) is None  # 560 multipliers fit an xcvu9p: fully parallel
+    lanes = choose_lanes(t4, 156)  # an ECP5-85F has 156
+    assert lanes == 4 and folded_multipliers((16, 16, 1), lanes) <= 156
+    assert lanes_for((1, 32, 1), 156) == 16  # 2 rounds of 16 rather than 31 + 1
+    from bitforge.toolchain.backends.rtl.learner_mlp import generate_mlp_folded
+    with pytest.raises(LearnerError, match="nearest"):
+        generate_mlp_folded(mlp_learner(rounding="stochastic"), 1)
+    with pytest.raises(LearnerError, match="one hidden layer"):
+        generate_mlp_folded(mlp_learner(sizes=(2, 3, 3, 1)), 1)

@@ -17,7 +17,7 @@ import numpy as np
 from .. import emulate_learn
 from ..backends.rtl.generate import library_source
 from ..backends.rtl.learner_kan import LearnerRtl, coefficient_address, generate_kan_learner, pack_inputs
-from ..backends.rtl.learner_mlp import generate_mlp_learner, readback_words
+from ..backends.rtl.learner_mlp import generate_mlp_folded, generate_mlp_learner, readback_words
 from ..learner import Learner, LearnerError
 from .simulators import SimulationFailed, expand, run_cocotb
 
@@ -52,10 +52,11 @@ def write_sources(design: LearnerRtl, folder: Path) -> list[Path]:
     return paths
 
 
-def generate_learner(learner: Learner, basis: str = "auto") -> LearnerRtl:
-    """The learner's core: the KAN generator or the MLP one."""
+def generate_learner(learner: Learner, basis: str = "auto", mlp_lanes: Optional[int] = None) -> LearnerRtl:
+    """The learner's core: the KAN generator, or the MLP one (fully parallel, or time-multiplexed with
+    ``mlp_lanes`` hidden units per round)."""
     if learner.spec.kind == "mlp":
-        return generate_mlp_learner(learner)
+        return generate_mlp_learner(learner) if mlp_lanes is None else generate_mlp_folded(learner, mlp_lanes)
     return generate_kan_learner(learner, basis=basis)
 
 
@@ -80,7 +81,8 @@ def _checkpoint(learner: Learner, after: int, state) -> dict:
 
 def simulate_learner(learner: Learner, x_codes: np.ndarray, target_codes: np.ndarray,
                      learn_enable: Optional[np.ndarray] = None, *, work: Path, simulator: str = "both",
-                     seed: int = 0, basis: str = "auto", p_gap: float = P_INPUT_GAP, p_stall: float = P_OUTPUT_STALL,
+                     seed: int = 0, basis: str = "auto", mlp_lanes: Optional[int] = None,
+                     p_gap: float = P_INPUT_GAP, p_stall: float = P_OUTPUT_STALL,
                      progress: Callable[[str], None] = lambda m: None) -> dict[str, LearnerSimResult]:
     """Run the trajectory on each simulator; raises :class:`SimulationFailed` on any difference."""
     x = np.asarray(x_codes, dtype=np.int64)
@@ -91,7 +93,7 @@ def simulate_learner(learner: Learner, x_codes: np.ndarray, target_codes: np.nda
     le = np.ones(n, dtype=bool) if learn_enable is None else np.asarray(learn_enable, dtype=bool)
     half = n // 2
     traj = emulate_learn.run(learner, x, t, le, snapshot_every=half)
-    design = generate_learner(learner, basis)
+    design = generate_learner(learner, basis, mlp_lanes)
     work = Path(work).resolve()
     sources = write_sources(design, work / "src")
     checkpoints = [_checkpoint(learner, half, traj.snapshots[half]), _checkpoint(learner, n, traj.final)]
@@ -105,11 +107,11 @@ def simulate_learner(learner: Learner, x_codes: np.ndarray, target_codes: np.nda
                "checkpoints": checkpoints, "seed": seed, "p_input_gap": p_gap, "p_output_stall": p_stall,
                "out_count": int(traj.predictions.shape[1]), "out_width": out_t.width,
                "result": str(run_dir / "result.json"),
-               "max_cycles": int(4 * n / max(1e-3, (1 - p_gap) * (1 - p_stall)) + 40 * design.latency_cycles
+               "max_cycles": int(4 * n * design.ii / max(1e-3, (1 - p_gap) * (1 - p_stall)) + 40 * design.latency_cycles
                                  + 8 * len(checkpoints[0]["addresses"]) + 1000)}
         (run_dir / "bench.json").write_text(json.dumps(cfg))
         (run_dir / "result.json").unlink(missing_ok=True)
-        progress(f"{sim}: {n:,} samples through {design.name} (latency {design.latency_cycles}, II 1)")
+        progress(f"{sim}: {n:,} samples through {design.name} (latency {design.latency_cycles}, II {design.ii})")
         t0 = time.perf_counter()
         outcome = run_cocotb(sim, sources, design.name, "cocotb_learner", Path(__file__).parent, run_dir / "build",
                              extra_env={"BITFORGE_LEARNER_BENCH": str(run_dir / "bench.json")})

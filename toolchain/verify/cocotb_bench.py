@@ -44,6 +44,19 @@ def _describe(codes, width: int, frac: int) -> dict:
             "real": [int(c) * 2.0 ** -frac for c in codes], "codes": [int(c) for c in codes]}
 
 
+async def start_and_reset(dut, cycles: int = 4) -> None:
+    """Start the 100 MHz clock, hold reset for ``cycles`` with both streams idle, release it at a falling edge."""
+    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+    dut.rst.value = 1
+    dut.s_axis_tvalid.value = 0
+    dut.s_axis_tdata.value = 0
+    dut.s_axis_tlast.value = 0
+    dut.m_axis_tready.value = 0
+    await ClockCycles(dut.clk, cycles)
+    await FallingEdge(dut.clk)
+    dut.rst.value = 0
+
+
 @cocotb.test()
 async def stream_golden_vectors(dut):
     """Every output equals the golden model's, bit for bit, under random input gaps and output backpressure."""
@@ -56,15 +69,7 @@ async def stream_golden_vectors(dut):
     iw, ow = cfg["in_width"], cfg["out_width"]
     last_every = cfg.get("last_every", 7)
 
-    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-    dut.rst.value = 1
-    dut.s_axis_tvalid.value = 0
-    dut.s_axis_tdata.value = 0
-    dut.s_axis_tlast.value = 0
-    dut.m_axis_tready.value = 0
-    await ClockCycles(dut.clk, 4)
-    await FallingEdge(dut.clk)
-    dut.rst.value = 0
+    await start_and_reset(dut)
 
     sent = 0
     got = []

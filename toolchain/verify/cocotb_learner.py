@@ -20,8 +20,8 @@ import random
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly
+from bitforge.toolchain.verify.cocotb_bench import start_and_reset
+from cocotb.triggers import FallingEdge, ReadOnly
 
 
 def _unpack(word: int, count: int, width: int) -> list[int]:
@@ -45,17 +45,9 @@ async def learner_trajectory(dut):
     p_gap, p_stall = cfg["p_input_gap"], cfg["p_output_stall"]
     n, n_out, width = len(words), cfg["out_count"], cfg["out_width"]
 
-    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-    dut.rst.value = 1
-    dut.s_axis_tvalid.value = 0
-    dut.s_axis_tdata.value = 0
-    dut.s_axis_tlast.value = 0
-    dut.m_axis_tready.value = 0
     dut.rb_req.value = 0
     dut.rb_addr.value = 0
-    await ClockCycles(dut.clk, 3)
-    await FallingEdge(dut.clk)
-    dut.rst.value = 0
+    await start_and_reset(dut, 3)
 
     sent, got, holding = 0, [], False
     mismatches, first = 0, None

@@ -17,14 +17,11 @@ import numpy as np
 
 from ...learner import Learner, LearnerError, dense_accum_type, lane_seeds
 from .generate import _env, verilog_name
-from .learner_kan import LearnerRtl, _balanced_sum, _clog2, _codes
+from .learner_kan import LearnerRtl, _balanced_sum, _clog2, _codes, _sext
 from .stages import verilog_literal
 
 LIBRARY = ("bf_requant.v", "bf_lfsr_lane.v", "bf_deserialize.v", "bf_serialize.v")
 
-
-def _sext(name: str, w: int, to: int) -> str:
-    return f"$signed({{{{{to - w}{{{name}[{w - 1}]}}}}, {name}}})" if to > w else f"$signed({name})"
 
 
 def _aligned_bias(name: str, w: int, shift: int, to: int) -> str:

@@ -39,9 +39,11 @@ MLP_WIDTHS = (16, 32, 64, 128, 256)
 #: The public HLS KAN learner on T1 (RESEARCH.md): an HLS estimate on an UltraScale+ part.
 PUBLIC_T1 = {"design": "public HLS KAN [1,1] G=5 (T1)", "target": "UltraScale+ (HLS estimate)",
              "latency_cycles": 11, "latency_ns": 55.0, "ii": 12, "lut": 2695, "dsp": 9}
-#: The scaling sweep's large learner: KAN [16, 1] with G = 4096 on [-1, 1] (65,584 coefficients). Its inputs are
-#: fixed<16,2> so that a cell spans 8 input LSBs (3 u bits), the datapath fixed<16,4>.
-BIG_KAN = {"sizes": (16, 1), "grid_size": 4096, "input": "fixed<16,2>", "datapath": "fixed<16,4>"}
+#: The scaling sweep's large learner: KAN [16, 1] with G = 4093 cells of 2**-11 on [-1, 0.9985) (the cell index
+#: is a bit slice; 4096 coefficients per edge fill 1024-word banks exactly), 65,536 coefficients. Its inputs
+#: are fixed<16,2> so that a cell spans 8 input LSBs (3 u bits), the datapath fixed<16,4>.
+BIG_KAN = {"sizes": (16, 1), "grid_size": 4093, "grid_range": (-1.0, -1.0 + 4093 / 2048), "input": "fixed<16,2>",
+           "datapath": "fixed<16,4>"}
 
 
 @dataclass
@@ -184,9 +186,9 @@ def _learner(task: str, model: str, **over):
     from .learn_cmd import LearnOptions, fixed_spec
     from .learner import LearnerFormats, build_learner
 
-    spec, _ = fixed_spec(LearnOptions(task=task, model=model, grid_size=over.pop("grid_size", None)))
-    if "sizes" in over or "formats" in over:
-        spec = spec.replace(**over)
+    spec, _ = fixed_spec(LearnOptions(task=task, model=model))
+    if over:  # all at once: a large G is only valid with the formats and grid that come with it
+        spec = spec.replace(**{k: v for k, v in over.items() if v is not None})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return build_learner(spec, name=f"{task}_{model}")
@@ -221,9 +223,10 @@ def scaling_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
                                                                          options.work / "scaling", progress)})
     if options.big:
         fm = LearnerFormats.make(BIG_KAN["datapath"], guard_bits=8, input=BIG_KAN["input"])
-        L = _learner("t4", "kan", grid_size=BIG_KAN["grid_size"], sizes=BIG_KAN["sizes"], formats=fm)
-        progress(f"scaling: T4 KAN [16,1] G={BIG_KAN['grid_size']} ({L.spec.sizes}, "
-                 f"{16 * (BIG_KAN['grid_size'] + 3):,} parameters) on ecp5-85f")
+        L = _learner("t4", "kan", grid_size=BIG_KAN["grid_size"], sizes=BIG_KAN["sizes"], formats=fm,
+                     grid_range=BIG_KAN["grid_range"])
+        progress(f"scaling: T4 KAN {list(L.spec.sizes)} G={BIG_KAN['grid_size']} "
+                 f"({int(L.layers()[0].coeffs.size):,} parameters) on ecp5-85f")
         rows.append({"model": "kan", "knob": BIG_KAN["grid_size"], "big": True,
                      **_implement_learner(L, f"kan_g{BIG_KAN['grid_size']}", "ecp5-85f", options.work / "scaling",
                                           progress)})

@@ -79,3 +79,24 @@ def test_bench_online_sections_are_checked():
     ok = options_from_args(build_parser().parse_args(["bench", "online", "--online-parts", "accuracy",
                                                        "--kan-grids", "6,12"]))
     assert ok.accuracy and not ok.hardware and ok.kan_grids == (6, 12)
+
+
+@pytest.mark.slow
+def test_flow_learn_t1_reaches_an_ecp5_bitstream(tmp_path):
+    out = tmp_path / "t1"
+    assert main(["flow", "learn:t1", "--target", "ecp5-85f", "--simulator", "icarus", "-o", str(out)]) == 0
+    r = json.loads((out / "report.json").read_text())["targets"]["ecp5-85f"]
+    assert r["status"] == "ok" and r["ii"] == 1 and r["bitstream"] and r["latency_ns"] < 100
+
+
+@pytest.mark.slow
+def test_learn_t1_mlp_on_ecp5_is_time_multiplexed_to_fit(tmp_path):
+    """The fully parallel T1 MLP needs 160 multipliers; the ECP5-85F has 156: 16 lanes x 2 rounds instead."""
+    out = tmp_path / "t1-mlp"
+    assert main(["learn", "t1", "--model", "mlp", "--target", "ecp5-85f", "--simulator", "icarus",
+                 "-o", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["rtl"]["ii"] == 6 and report["rtl"]["resources"]["lanes"] == 16
+    assert report["verification"]["golden_vs_rtl"]["icarus"]["mismatches"] == 0
+    r = report["targets"]["ecp5-85f"]
+    assert r["status"] == "ok" and r["dsp"] <= 156 and r["bitstream"]

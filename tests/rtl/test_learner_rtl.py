@@ -259,7 +259,7 @@ def test_mlp_t1_reference_on_verilator(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("simulator", ["icarus", "verilator"])
+@pytest.mark.parametrize("simulator", ["verilator"])  # Icarus runs this 560-multiplier design for minutes
 def test_mlp_t4_reference_10000_samples(tmp_path, simulator):
     from bitforge.toolchain.learn_cmd import LearnOptions, fixed_spec
 

@@ -301,3 +301,12 @@ def test_mlp_lanes_are_chosen_from_the_dsp_budget():
         generate_mlp_folded(mlp_learner(rounding="stochastic"), 1)
     with pytest.raises(LearnerError, match="one hidden layer"):
         generate_mlp_folded(mlp_learner(sizes=(2, 3, 3, 1)), 1)
+
+
+@pytest.mark.slow
+def test_mlp_t1_reference_10000_samples_on_icarus(tmp_path):
+    from bitforge.toolchain.learn_cmd import LearnOptions, fixed_spec
+
+    L = build_learner(fixed_spec(LearnOptions("t1", model="mlp"))[0])
+    x, t = task_codes(L, make_task("t1", 2, n=10_000))
+    check(simulate_learner(L, x, t, work=tmp_path, simulator="icarus", seed=9), 10_000)

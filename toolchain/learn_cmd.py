@@ -87,12 +87,14 @@ def _plot(path: Path, task, fixed_pred: np.ndarray, float_pred: np.ndarray, titl
     import matplotlib.pyplot as plt
 
     n = len(task.target)
-    fig, (a, b) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    fig, (a, b) = plt.subplots(2, 1, figsize=(10, 6))
     idx = np.arange(n)
-    a.plot(idx, task.target[:, 0], lw=0.6, color="0.6", label="target")
-    a.plot(idx, float_pred[:, 0], lw=0.6, label="float reference")
-    a.plot(idx, fixed_pred[:, 0], lw=0.6, label="fixed point (golden = RTL)")
+    tail = slice(max(0, n - 200), n)  # the last 200 samples: individual predictions stay readable
+    a.plot(idx[tail], task.target[tail, 0], "o", ms=2.5, color="0.5", label="target")
+    a.plot(idx[tail], float_pred[tail, 0], lw=0.8, label="float reference")
+    a.plot(idx[tail], fixed_pred[tail, 0], lw=0.8, ls="--", label="fixed point (golden = RTL)")
     a.set_ylabel("output 0")
+    a.set_title("last 200 samples", fontsize=9)
     a.legend(loc="upper right", fontsize=8)
     w = max(10, n // 100)
     kernel = np.ones(w) / w

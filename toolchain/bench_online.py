@@ -147,6 +147,7 @@ def t5_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
 # -- hardware ---------------------------------------------------------------------------------------------
 
 def _implement_learner(learner, name: str, target: str, work: Path, progress: Progress) -> dict:
+    from .bench_rtl import PNR_OPTIONS
     from .flows.implement import TimingWarning, implement
     from .flows.targets import DoesNotFit, get_target
     from .verify.simulate_learner import generate_learner, write_sources
@@ -173,12 +174,16 @@ def _implement_learner(learner, name: str, target: str, work: Path, progress: Pr
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TimingWarning)
-            r = implement(out, target, progress=progress)
+            # The MLPs are dense multiplier arrays: nextpnr's default HeAP placer packs them so tightly that router1
+            # crawls (T1's 80-DSP learner: 3,600 arcs left after 700 s); the electrostatic placer and router2 route
+            # them in minutes. The KAN learners are small and keep nextpnr's defaults. Each row records its options.
+            pnr = PNR_OPTIONS if learner.spec.kind == "mlp" else ()
+            r = implement(out, target, progress=progress, pnr_options=pnr)
     except DoesNotFit as e:
         row.update(status="does-not-fit", note=str(e).split(". Try")[0])
         return row
     row.update({k: r.get(k) for k in ("lut", "ff", "dsp", "bram", "fmax_mhz", "latency_ns", "bitstream")})
-    row.update(status="ok", resources_from=r.get("resources_from"))
+    row.update(status="ok", resources_from=r.get("resources_from"), pnr_options=list(pnr))
     return row
 
 

@@ -147,8 +147,8 @@ def t5_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
 # -- hardware ---------------------------------------------------------------------------------------------
 
 def _implement_learner(learner, name: str, target: str, work: Path, progress: Progress) -> dict:
-    from .bench_rtl import PNR_OPTIONS
     from .flows.implement import TimingWarning, implement
+    from .learn_cmd import pnr_options_for
     from .flows.targets import DoesNotFit, get_target
     from .verify.simulate_learner import generate_learner, write_sources
 
@@ -174,10 +174,7 @@ def _implement_learner(learner, name: str, target: str, work: Path, progress: Pr
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TimingWarning)
-            # The MLPs are dense multiplier arrays: nextpnr's default HeAP placer packs them so tightly that router1
-            # crawls (T1's 80-DSP learner: 3,600 arcs left after 700 s); the electrostatic placer and router2 route
-            # them in minutes. The KAN learners are small and keep nextpnr's defaults. Each row records its options.
-            pnr = PNR_OPTIONS if learner.spec.kind == "mlp" else ()
+            pnr = pnr_options_for(learner.spec.kind)  # recorded in the row
             r = implement(out, target, progress=progress, pnr_options=pnr)
     except DoesNotFit as e:
         row.update(status="does-not-fit", note=str(e).split(". Try")[0])

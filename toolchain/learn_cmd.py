@@ -52,6 +52,15 @@ class LearnOptions:
     mlp_lanes: Optional[int] = None  # MLP: None = fully parallel (II 1), N = time-multiplexed, N hidden units a round
 
 
+def pnr_options_for(kind: str) -> tuple[str, ...]:
+    """nextpnr options for a learner. MLP learners are dense multiplier arrays: nextpnr's default HeAP placer packs
+    them so tightly that router1 crawls (T1's 80-DSP learner: 3,600 arcs left after 700 s); the electrostatic
+    placer and router2 route them in minutes. The KAN learners are small and keep nextpnr's defaults."""
+    from .bench_rtl import PNR_OPTIONS
+
+    return PNR_OPTIONS if kind == "mlp" else ()
+
+
 def fixed_spec(opts: LearnOptions) -> tuple[LearnerSpec, object]:
     """The bit-accurate learner spec for ``opts`` and the float reference spec it mirrors."""
     from bitforge.models.online_learners import reference_spec
@@ -240,7 +249,7 @@ def run_learn_flow(opts: LearnOptions, out: Path, target: Optional[str], printer
 
         with warnings.catch_warnings():  # progress() has shown it; report.json keeps it
             warnings.simplefilter("ignore", TimingWarning)
-            r = implement(Path(out), target, seed=pnr_seed, progress=progress)
+            r = implement(Path(out), target, seed=pnr_seed, progress=progress, pnr_options=pnr_options_for(opts.model))
         m["target"] = r
         printer(f"{target}: {r.get('lut')} LUT, {r.get('ff')} FF, {r.get('dsp')} DSP, {r.get('bram')} BRAM, "
                 f"Fmax {r.get('fmax_mhz')} MHz, latency {r.get('latency_cycles')} cycles = {r.get('latency_ns')} ns, "

@@ -293,9 +293,10 @@ def test_mlp_lanes_are_chosen_from_the_dsp_budget():
 
     t4 = build_learner(fixed_spec(LearnOptions("t4", model="mlp"))[0])
     assert choose_lanes(t4, 6840) is None  # 560 multipliers fit an xcvu9p: fully parallel
-    lanes = choose_lanes(t4, 156)  # an ECP5-85F has 156
-    assert lanes == 4 and folded_multipliers((16, 16, 1), lanes) <= 156
+    lanes = choose_lanes(t4, 156)  # an ECP5-85F has 156; half of them are kept as routing headroom
+    assert lanes == 2 and folded_multipliers((16, 16, 1), lanes) <= 78
     assert lanes_for((1, 32, 1), 156) == 16  # 2 rounds of 16 rather than 31 + 1
+    assert lanes_for((1, 32, 1), 78) == 11  # 3 rounds of 11 rather than 15 + 15 + 2
     from bitforge.toolchain.backends.rtl.learner_mlp import generate_mlp_folded
     with pytest.raises(LearnerError, match="nearest"):
         generate_mlp_folded(mlp_learner(rounding="stochastic"), 1)

@@ -13,11 +13,14 @@ Ports are the KAN learner's (:mod:`.learner_kan`); the read-back port addresses 
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...learner import Learner, LearnerError, dense_accum_type, lane_seeds
 from .generate import _env, verilog_name
 from .learner_kan import LearnerRtl, _balanced_sum, _clog2, _codes, _sext
+from .reuse import DSP_SHARE
 from .stages import verilog_literal
 
 LIBRARY = ("bf_requant.v", "bf_lfsr_lane.v", "bf_deserialize.v", "bf_serialize.v")
@@ -138,12 +141,15 @@ def parallel_multipliers(learner: Learner) -> int:
 
 def choose_lanes(learner: Learner, dsp: int) -> int | None:
     """None (fully parallel, II 1) when that fits ``dsp`` multipliers, else the time-multiplexed form's lanes
-    (one hidden layer, round-to-nearest); None too when neither applies (the fit check then says why)."""
+    (one hidden layer, round-to-nearest) within half of them: as for folded inference layers
+    (:data:`.reuse.DSP_SHARE`), the other half is routing headroom (T1's MLP with 80 of an ECP5-85F's 156
+    DSP blocks still had 3,000 overused wires after 24 router2 iterations). None too when neither form
+    applies (the fit check then says why)."""
     if learner.spec.kind != "mlp" or parallel_multipliers(learner) <= dsp:
         return None
     if len(learner.spec.sizes) != 3 or learner.spec.rule.rounding != "nearest":
         return None
-    return lanes_for(tuple(learner.spec.sizes), dsp)
+    return lanes_for(tuple(learner.spec.sizes), math.floor(dsp * DSP_SHARE))
 
 
 def generate_mlp_folded(learner: Learner, lanes: int, name: str | None = None) -> LearnerRtl:

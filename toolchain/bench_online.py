@@ -59,6 +59,7 @@ class OnlineBenchOptions:
     scaling: bool = True
     kan_grids: tuple[int, ...] = KAN_GRIDS
     mlp_widths: tuple[int, ...] = MLP_WIDTHS
+    mlp_targets: tuple[str, ...] = HW_TARGETS  # the MLP sweep's (xcvu9p synthesis of thousands of multipliers is slow)
     big: bool = True
 
 
@@ -217,12 +218,6 @@ def scaling_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
             progress(f"scaling: T4 KAN [16,1] G={G} on {target}")
             rows.append({"model": "kan", "knob": G, **_implement_learner(L, f"kan_g{G}", target,
                                                                          options.work / "scaling", progress)})
-    for W in options.mlp_widths:
-        L = _learner("t4", "mlp", sizes=(16, W, 1))
-        for target in options.targets:
-            progress(f"scaling: T4 MLP [16,{W},1] on {target}")
-            rows.append({"model": "mlp", "knob": W, **_implement_learner(L, f"mlp_w{W}", target,
-                                                                         options.work / "scaling", progress)})
     if options.big:
         fm = LearnerFormats.make(BIG_KAN["datapath"], guard_bits=8, input=BIG_KAN["input"])
         L = _learner("t4", "kan", grid_size=BIG_KAN["grid_size"], sizes=BIG_KAN["sizes"], formats=fm,
@@ -232,6 +227,12 @@ def scaling_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
         rows.append({"model": "kan", "knob": BIG_KAN["grid_size"], "big": True,
                      **_implement_learner(L, f"kan_g{BIG_KAN['grid_size']}", "ecp5-85f", options.work / "scaling",
                                           progress)})
+    for W in options.mlp_widths:
+        L = _learner("t4", "mlp", sizes=(16, W, 1))
+        for target in options.mlp_targets:
+            progress(f"scaling: T4 MLP [16,{W},1] on {target}")
+            rows.append({"model": "mlp", "knob": W, **_implement_learner(L, f"mlp_w{W}", target,
+                                                                         options.work / "scaling", progress)})
     return rows
 
 
@@ -370,6 +371,9 @@ def add_arguments(p) -> None:
                    help="online: the scaling sweep's KAN grid sizes")
     p.add_argument("--mlp-widths", default=",".join(map(str, MLP_WIDTHS)), metavar="W,W",
                    help="online: the scaling sweep's MLP hidden widths")
+    p.add_argument("--mlp-targets", default=",".join(HW_TARGETS), metavar="T,U",
+                   help="online: targets of the MLP scaling sweep (xcvu9p synthesis of the wide MLPs takes tens of "
+                        "minutes each)")
 
 
 def options_from_args(args) -> OnlineBenchOptions:
@@ -381,7 +385,8 @@ def options_from_args(args) -> OnlineBenchOptions:
     return OnlineBenchOptions(work=Path(args.online_work), accuracy="accuracy" in parts, t5="t5" in parts, hardware="hardware" in parts,
                               scaling="scaling" in parts, big="scaling" in parts,
                               kan_grids=tuple(int(v) for v in args.kan_grids.split(",")),
-                              mlp_widths=tuple(int(v) for v in args.mlp_widths.split(",")))
+                              mlp_widths=tuple(int(v) for v in args.mlp_widths.split(",")),
+                              mlp_targets=tuple(t.strip() for t in args.mlp_targets.split(",") if t.strip()))
 
 
 def write_json(res: OnlineBenchResult, path: Path) -> None:

@@ -46,6 +46,10 @@ LIBRARY = ("bf_kan_index.v", "bf_kan_basis_closed.v", "bf_kan_div3.v", "bf_requa
 BASIS_CHOICES = ("auto", "rom", "circuit")
 #: The ROM is the default up to this many u bits (2**U rows of (k+1) weights); the circuit above it.
 ROM_MAX_U_BITS = 10
+#: Basis ROMs of more bits than this (all inputs together) are read synchronously, the form yosys maps to block
+#: RAM, with the bank rotation in the learn stage; smaller ones are LUTs read in the front cycle, off the loop.
+#: T1's one 256-row ROM is 17 kbit (about 1,500 LUT4); T4's sixteen would be 38k LUT4s of an ECP5-85F.
+ROM_LUT_MAX_BITS = 32_768
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,8 @@ def generate_kan_learner(learner: Learner, name: str | None = None, basis: str =
     depth = -(-n_coef // k1)
     x_t, dp, co, st, bt, et = f.input, f.datapath, f.coeff, f.storage, f.basis, f.error
     # ROM: index, ROM and rotation in one front cycle; circuit: the registered index and the pipelined circuit.
+    rom_bits = 0 if closed else n_in * (1 << n.u_bits) * (k + 1) * f.basis.width
+    rom_sync = not closed and rom_bits > ROM_LUT_MAX_BITS
     index_latency = (1 if n.index_mult == 1 else 2) if closed else 0
     basis_latency = CLOSED_FORM_LATENCY[k] if closed else 1
     front = index_latency + basis_latency
@@ -171,7 +177,8 @@ def generate_kan_learner(learner: Learner, name: str | None = None, basis: str =
         u_bits=n.u_bits, u_w=max(1, n.u_bits), cell_w=cell_w, lo_w=lo_w,
         index_lo=verilog_literal(n.index_lo, lo_w), mult_w=mult_w,
         index_mult=verilog_literal(n.index_mult, mult_w), index_shift=n.index_shift,
-        closed=closed, table=table, front=front, index_latency=index_latency, basis_latency=basis_latency,
+        closed=closed, rom_sync=rom_sync, rotate_in_loop=closed or rom_sync, table=table, front=front,
+        index_latency=index_latency, basis_latency=basis_latency,
         latency=front + 1, prod_w=prod_w, sum_w=sum_w, sum_frac=sum_frac, upd_w=upd_w, d=d,
         delta_w=delta_w, new_w=new_w, stochastic=stochastic, rand_bits=rb_bits, lanes=lanes, mems=mems,
         addr_w=addr_w, rb_i_w=rb_i_w, rb_p_w=rb_p_w, rb_l_w=rb_l_w, rb_addr_w=rb_l_w + rb_i_w + rb_p_w,
@@ -192,7 +199,8 @@ def generate_kan_learner(learner: Learner, name: str | None = None, basis: str =
     resources = {
         "multipliers": 2 * products + backprop + index + n_in * ({1: 0, 2: 1, 3: 2}[k] if closed else 0),
         "coefficient_bits": sum(m.in_features * k1 * depth * m.out_features * st.width for m in nodes),
-        "basis": "closed_form circuit" if closed else f"rom ({n.basis_impl} table)",
+        "basis": "closed_form circuit" if closed else
+        f"{'block-RAM' if rom_sync else 'LUT'} rom ({n.basis_impl} table)",
         "rom_bits": (0 if closed else n_in * (1 << n.u_bits) * k1 * bt.width)
         + sum(m.in_features * (1 << m.u_bits) * k1 * (bt.width + db_w) for m in nodes[1:]),
         "lfsr_lanes": len(lanes) + sum(len(D["lanes"]) for D in deep),

@@ -212,7 +212,7 @@ def scaling_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
     from .learner import LearnerFormats
 
     rows = []
-    for G in options.kan_grids:
+    for G in options.kan_grids if options.scaling else ():
         L = _learner("t4", "kan", grid_size=G)
         for target in options.targets:
             progress(f"scaling: T4 KAN [16,1] G={G} on {target}")
@@ -227,7 +227,7 @@ def scaling_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
         rows.append({"model": "kan", "knob": BIG_KAN["grid_size"], "big": True,
                      **_implement_learner(L, f"kan_g{BIG_KAN['grid_size']}", "ecp5-85f", options.work / "scaling",
                                           progress)})
-    for W in options.mlp_widths:
+    for W in options.mlp_widths if options.scaling else ():
         L = _learner("t4", "mlp", sizes=(16, W, 1))
         for target in options.mlp_targets:
             progress(f"scaling: T4 MLP [16,{W},1] on {target}")
@@ -312,7 +312,7 @@ def run_bench(options: OnlineBenchOptions, progress: Progress = lambda m: None) 
         res.t5 = t5_rows(options, progress)
     if options.hardware:
         res.hardware = hardware_rows(options, progress)
-    if options.scaling:
+    if options.scaling or options.big:
         res.scaling = scaling_rows(options, progress)
     for p in (accuracy_plot(res.accuracy, options.work / "accuracy.png"),
               scaling_plot(res.scaling, options.work / "scaling.png")):
@@ -366,7 +366,8 @@ def add_arguments(p) -> None:
     p.add_argument("--online-work", default="out/bench-online", metavar="DIR",
                    help="online: folder for the designs, flow caches and PNGs (default out/bench-online)")
     p.add_argument("--online-parts", default="accuracy,t5,hardware,scaling", metavar="A,B",
-                   help="online: which sections to run (default all: accuracy,t5,hardware,scaling)")
+                   help="online: which sections to run (default all: accuracy,t5,hardware,scaling; 'big' is the "
+                        "scaling section's >50k-parameter learner alone)")
     p.add_argument("--kan-grids", default=",".join(map(str, KAN_GRIDS)), metavar="G,G",
                    help="online: the scaling sweep's KAN grid sizes")
     p.add_argument("--mlp-widths", default=",".join(map(str, MLP_WIDTHS)), metavar="W,W",
@@ -378,12 +379,12 @@ def add_arguments(p) -> None:
 
 def options_from_args(args) -> OnlineBenchOptions:
     parts = {p.strip() for p in args.online_parts.split(",") if p.strip()}
-    unknown = parts - {"accuracy", "t5", "hardware", "scaling"}
+    unknown = parts - {"accuracy", "t5", "hardware", "scaling", "big"}
     if unknown:
         raise BitforgeError(f"--online-parts: unknown section(s) {sorted(unknown)}; expected accuracy, t5, hardware, "
                             "scaling")
     return OnlineBenchOptions(work=Path(args.online_work), accuracy="accuracy" in parts, t5="t5" in parts, hardware="hardware" in parts,
-                              scaling="scaling" in parts, big="scaling" in parts,
+                              scaling="scaling" in parts, big="scaling" in parts or "big" in parts,
                               kan_grids=tuple(int(v) for v in args.kan_grids.split(",")),
                               mlp_widths=tuple(int(v) for v in args.mlp_widths.split(",")),
                               mlp_targets=tuple(t.strip() for t in args.mlp_targets.split(",") if t.strip()))

@@ -53,12 +53,13 @@ class LearnOptions:
 
 
 def pnr_options_for(kind: str) -> tuple[str, ...]:
-    """nextpnr options for a learner. MLP learners are dense multiplier arrays: nextpnr's default HeAP placer packs
-    them so tightly that router1 crawls (T1's 80-DSP learner: 3,600 arcs left after 700 s); the electrostatic
-    placer and router2 route them in minutes. The KAN learners are small and keep nextpnr's defaults."""
+    """nextpnr options for a learner: the electrostatic placer and router2 (``bench_rtl.PNR_OPTIONS``). nextpnr's
+    default HeAP placer packs the learners' multiplier arrays so tightly that router1 crawls (T1's 55-DSP MLP:
+    3,600 arcs left after 700 s; T4's 128-DSP KAN: 79k after 450 s); the static placer and router2 route them in
+    minutes. ``kind`` is kept for learners that may need other options."""
     from .bench_rtl import PNR_OPTIONS
 
-    return PNR_OPTIONS if kind == "mlp" else ()
+    return PNR_OPTIONS
 
 
 def fixed_spec(opts: LearnOptions) -> tuple[LearnerSpec, object]:

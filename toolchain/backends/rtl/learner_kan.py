@@ -177,7 +177,7 @@ def generate_kan_learner(learner: Learner, name: str | None = None, basis: str =
         u_bits=n.u_bits, u_w=max(1, n.u_bits), cell_w=cell_w, lo_w=lo_w,
         index_lo=verilog_literal(n.index_lo, lo_w), mult_w=mult_w,
         index_mult=verilog_literal(n.index_mult, mult_w), index_shift=n.index_shift,
-        closed=closed, rom_sync=rom_sync, rotate_in_loop=closed or rom_sync, table=table, front=front,
+        closed=closed, rom_sync=rom_sync, rom_copies=(n_in + 1) // 2 if rom_sync else 1, rotate_in_loop=closed or rom_sync, table=table, front=front,
         index_latency=index_latency, basis_latency=basis_latency,
         latency=front + 1, prod_w=prod_w, sum_w=sum_w, sum_frac=sum_frac, upd_w=upd_w, d=d,
         delta_w=delta_w, new_w=new_w, stochastic=stochastic, rand_bits=rb_bits, lanes=lanes, mems=mems,

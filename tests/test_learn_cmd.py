@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from bitforge.toolchain.bench_online import OnlineBenchOptions, accuracy_rows, options_from_args

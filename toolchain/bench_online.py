@@ -187,7 +187,7 @@ def _implement_learner(learner, name: str, target: str, work: Path, progress: Pr
 
 def _learner(task: str, model: str, **over):
     from .learn_cmd import LearnOptions, fixed_spec
-    from .learner import LearnerFormats, build_learner
+    from .learner import build_learner
 
     spec, _ = fixed_spec(LearnOptions(task=task, model=model))
     if over:  # all at once: a large G is only valid with the formats and grid that come with it

@@ -149,7 +149,7 @@ def t5_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
 
 def _implement_learner(learner, name: str, target: str, work: Path, progress: Progress) -> dict:
     from .flows.implement import TimingWarning, implement
-    from .learn_cmd import pnr_options_for
+    from .learn_cmd import learner_pnr_options
     from .flows.targets import DoesNotFit, get_target
     from .verify.simulate_learner import generate_learner, write_sources
 
@@ -175,7 +175,7 @@ def _implement_learner(learner, name: str, target: str, work: Path, progress: Pr
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TimingWarning)
-            pnr = pnr_options_for(learner.spec.kind)  # recorded in the row
+            pnr = learner_pnr_options()  # recorded in the row
             r = implement(out, target, progress=progress, pnr_options=pnr)
     except DoesNotFit as e:
         row.update(status="does-not-fit", note=str(e).split(". Try")[0])

@@ -52,11 +52,11 @@ class LearnOptions:
     mlp_lanes: Optional[int] = None  # MLP: None = fully parallel (II 1), N = time-multiplexed, N hidden units a round
 
 
-def pnr_options_for(kind: str) -> tuple[str, ...]:
+def learner_pnr_options() -> tuple[str, ...]:
     """nextpnr options for a learner: the electrostatic placer and router2 (``bench_rtl.PNR_OPTIONS``). nextpnr's
-    default HeAP placer packs the learners' multiplier arrays so tightly that router1 crawls (T1's 55-DSP MLP:
+    default HeAP placer packs the learners' multiplier arrays so tightly that router1 crawls (T1's 80-DSP MLP:
     3,600 arcs left after 700 s; T4's 128-DSP KAN: 79k after 450 s); the static placer and router2 route them in
-    minutes. ``kind`` is kept for learners that may need other options."""
+    minutes."""
     from .bench_rtl import PNR_OPTIONS
 
     return PNR_OPTIONS
@@ -250,7 +250,7 @@ def run_learn_flow(opts: LearnOptions, out: Path, target: Optional[str], printer
 
         with warnings.catch_warnings():  # progress() has shown it; report.json keeps it
             warnings.simplefilter("ignore", TimingWarning)
-            r = implement(Path(out), target, seed=pnr_seed, progress=progress, pnr_options=pnr_options_for(opts.model))
+            r = implement(Path(out), target, seed=pnr_seed, progress=progress, pnr_options=learner_pnr_options())
         m["target"] = r
         printer(f"{target}: {r.get('lut')} LUT, {r.get('ff')} FF, {r.get('dsp')} DSP, {r.get('bram')} BRAM, "
                 f"Fmax {r.get('fmax_mhz')} MHz, latency {r.get('latency_cycles')} cycles = {r.get('latency_ns')} ns, "

@@ -142,17 +142,7 @@ def generate_kan_learner(learner: Learner, name: str | None = None, basis: str =
         delta_w = upd_w - d
     new_w = max(st.width, delta_w) + 1
 
-    # memories: bank j of input i, word = every output's coefficient side by side
-    C = np.asarray(n.coeffs, dtype=np.int64)  # (out, in, G+k) storage codes
-    mems = []
-    for i in range(n_in):
-        for j in range(k1):
-            words = []
-            for a in range(depth):
-                p = a * k1 + j
-                col = C[:, i, p] if p < n_coef else np.zeros(n_out0, dtype=np.int64)
-                words.append(packed_parameter(col, st.width))
-            mems.append({"i": i, "j": j, "init": words})
+    mems = _banks(n, depth, st.width)  # bank j of input i, word = every output's coefficient side by side
     all_seeds = lane_seeds(spec) if stochastic else None
     lanes = _lanes(all_seeds, 0, n_out0, n_in, k1)
 
@@ -215,6 +205,17 @@ def _sext(name: str, w: int, to: int) -> str:
     return f"$signed({{{{{to - w}{{{name}[{w - 1}]}}}}, {name}}})" if to > w else f"$signed({name})"
 
 
+def _banks(n, depth: int, width: int) -> list[dict]:
+    """Initial words of a KAN layer's cyclic banks: bank (i, j), address a holds every output's coefficient
+    p = a (k+1) + j of input i (zero past the last coefficient)."""
+    C = np.asarray(n.coeffs, dtype=np.int64)  # (out, in, G+k) storage codes
+    k1, n_coef = n.order + 1, n.grid_size + n.order
+    zero = np.zeros(n.out_features, dtype=np.int64)
+    return [{"i": i, "j": j, "init": [packed_parameter(C[:, i, a * k1 + j] if a * k1 + j < n_coef else zero, width)
+                                      for a in range(depth)]}
+            for i in range(n.in_features) for j in range(k1)]
+
+
 def _lanes(seeds, layer: int, n_out: int, n_in: int, k1: int) -> list[dict]:
     if seeds is None:
         return []
@@ -230,17 +231,7 @@ def _deep_layer(learner: Learner, l: int, n, seeds, *, prod_w: int, db_w: int, d
     f = learner.formats
     co, bt, et, st = f.coeff, f.basis, f.error, f.storage
     k1 = n.order + 1
-    n_coef = n.grid_size + n.order
-    C = np.asarray(n.coeffs, dtype=np.int64)
-    mems = []
-    for i in range(n.in_features):
-        for j in range(k1):
-            words = []
-            for a in range(depth):
-                p = a * k1 + j
-                col = C[:, i, p] if p < n_coef else np.zeros(n.out_features, dtype=np.int64)
-                words.append(packed_parameter(col, st.width))
-            mems.append({"i": i, "j": j, "init": words})
+    mems = _banks(n, depth, st.width)
     sum_w = prod_w + _clog2(n.in_features * k1) + 1
     # backprop: pd = sum_m c db (frac coeff + basis), s = sum_o g pd, gx = round(s * mult * 2^-shift)
     pdp_w = co.width + db_w

@@ -124,6 +124,19 @@ def test_statistics_are_input_second_moments_and_shared_by_siblings(method):
     torch.testing.assert_close(s["mlp.gate_proj"].xtx, expected["gate"], rtol=1e-10, atol=1e-9)
 
 
+def test_a_diag_method_gets_the_diagonal_only_and_cannot_read_the_full_hessian(method):
+    name, rec = method
+    model, calib = tiny_llama(), calib_tokens()
+    expected = _block_input_xtx(model, 0, calib)
+    rec.statistics = "diag"
+    quantize_model(model, calib, CompressConfig(name), batch_size=3)
+    s = rec.seen["model.layers.0.mlp.down_proj"]
+    assert s.diag_only and s.xtx.shape == (expected["down"].shape[0],)
+    torch.testing.assert_close(s.diag, torch.diagonal(expected["down"]) / calib.numel(), rtol=1e-10, atol=1e-12)
+    with pytest.raises(RuntimeError, match="declared statistics = 'diag'"):
+        s.hessian
+
+
 def test_input_stats_compute_a_shared_input_once():
     model = tiny_llama()
     block = model.model.layers[0]

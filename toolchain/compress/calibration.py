@@ -121,10 +121,12 @@ class InputStats:
     Inside one forward of a ``scope`` module (each decoder block), a tensor already seen by another watched
     linear is not summed again: the later layer is recorded as an alias and shares the earlier sum.
     Use as a context manager around the forward passes; :meth:`stats` then returns one ``LayerStats`` per layer.
+    ``diag_only``: sum ``x_i^2`` only (1-D ``LayerStats.xtx``) for methods that read nothing else.
     """
 
-    def __init__(self, linears: dict[str, nn.Linear], scopes: nn.Module | list[nn.Module]):
+    def __init__(self, linears: dict[str, nn.Linear], scopes: nn.Module | list[nn.Module], diag_only: bool = False):
         self.linears = linears
+        self.diag_only = diag_only
         self.scopes = scopes if isinstance(scopes, (list, tuple)) else [scopes]
         self.xtx: dict[str, torch.Tensor] = {}
         self.tokens: dict[str, int] = {}
@@ -154,7 +156,10 @@ class InputStats:
                 return
             self._seen[id(x)] = (x, name)  # the reference keeps id(x) from being reused within this forward
             flat = x.detach().reshape(-1, x.shape[-1]).to(torch.float64)
-            if name in self.xtx:
+            if self.diag_only:
+                part = flat.square().sum(0)
+                self.xtx[name] = self.xtx[name].add_(part) if name in self.xtx else part
+            elif name in self.xtx:
                 self.xtx[name].addmm_(flat.T, flat)
             else:
                 self.xtx[name] = flat.T @ flat

@@ -284,9 +284,10 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx", type=int, default=DEFAULT_CTX, metavar="N",
                    help=f"compress: tokens per chunk (default {DEFAULT_CTX})")
     p.add_argument("--text", default=DEFAULT_TEXT, metavar="FILE", help=f"compress: text (default {DEFAULT_TEXT})")
-    p.add_argument("--statistics", choices=["float", "sequential"], default="float",
-                   help="compress: float (default): calibration statistics of the float model, computed once for "
-                        "all methods; sequential: per method, as bitforge quantize does (much slower)")
+    p.add_argument("--statistics", choices=["sequential", "float"], default="sequential",
+                   help="compress: sequential (default): each method recalibrates block by block on the compressed "
+                        "model's own inputs, as bitforge quantize does; float: the float model's statistics, "
+                        "computed once for all methods (faster; GPTQ-style error feedback suffers)")
 
 
 def run_bench(args: argparse.Namespace) -> int:

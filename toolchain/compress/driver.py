@@ -14,7 +14,8 @@ stops the forward). Then, for each block in turn:
 Embeddings, norms and ``lm_head`` are not touched. A bad setting raised by the method (bit budget, bits) surfaces
 in block 0, before the other blocks' work; a group that does not divide a layer is refused before any forward.
 A method that ignores calibration may declare ``fn.uses_calibration = False``: the driver then runs no forward
-at all and passes identity statistics.
+at all and passes identity statistics. A method that reads only ``diag(E[x x^T])`` may declare
+``fn.statistics = "diag"``: the hooks then sum ``x_i^2`` instead of the full ``x x^T`` (NeUQI, LittleBit-2).
 """
 from __future__ import annotations
 
@@ -145,11 +146,13 @@ def quantize_model(model: nn.Module, calib: torch.Tensor | None, cfg: CompressCo
     check_model(model, cfg)
     prefix, blocks = decoder_blocks(model)
     uses_calibration = getattr(method, "uses_calibration", True)
+    diag_only = getattr(method, "statistics", "full") == "diag"
     use_cache = cache is not None and statistics == "float" and uses_calibration
     cache_hit = False
     if use_cache:
-        key = None if calib is None else (id(model), tuple(calib.shape), int(calib.sum()))
-        cache_hit = len(cache.blocks) == len(blocks) and (key is None or cache.key == key)
+        key = None if calib is None else (id(model), tuple(calib.shape), int(calib.sum()), diag_only)
+        same = cache.key == key if key is not None else (cache.key is None or cache.key[-1] == diag_only)
+        cache_hit = len(cache.blocks) == len(blocks) and same
         if not cache_hit:
             cache.blocks.clear()
             cache.key = key
@@ -167,7 +170,7 @@ def quantize_model(model: nn.Module, calib: torch.Tensor | None, cfg: CompressCo
         elif cache_hit:
             stats = cache.blocks[i]
         else:
-            with InputStats(linears, block) as hooks:
+            with InputStats(linears, block, diag_only=diag_only) as hooks:
                 outputs = _run_block(block, batches)
             stats = {n: LayerStats(s.xtx, s.n_tokens, f"{prefix}.{i}.{n}") for n, s in hooks.stats().items()}
             if use_cache:

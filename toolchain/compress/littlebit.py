@@ -227,6 +227,9 @@ def littlebit2(W: torch.Tensor, stats: LayerStats, cfg: CompressConfig) -> Compr
     return CompressedLayer(decode_paths(stored), tensors, meta)
 
 
+littlebit2.statistics = "diag"  # the activation scale reads diag(E[x x^T]) only
+
+
 def decode_paths(paths: list[BinaryLowRankPath]) -> torch.Tensor:
     """The weight a stack of paths computes with (primary first, then the residual added to it)."""
     weight = paths[0].dense()

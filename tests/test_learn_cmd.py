@@ -4,7 +4,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from bitforge.toolchain.bench_online import OnlineBenchOptions, accuracy_rows, options_from_args
+from bitforge.toolchain.bench_online import (
+    OnlineBenchOptions,
+    OnlineBenchResult,
+    accuracy_rows,
+    kan_flatness,
+    markdown,
+    options_from_args,
+)
 from bitforge.toolchain.cli import build_parser, main
 from bitforge.toolchain.errors import BitforgeError
 from bitforge.toolchain.learn_cmd import LearnOptions, fixed_spec
@@ -41,6 +48,11 @@ def test_learn_writes_states_metrics_plot_and_report(tmp_path):
     assert initial.spec == final.spec
     assert (initial.state()[0]["coeffs"] != final.state()[0]["coeffs"]).any()  # it learned
     assert not list(tmp_path.glob(".t1.*"))  # no temporary folder left behind
+    # report.json carries the benchmark's accuracy rows (the keys), fixed point and float
+    rows = json.loads((out / "report.json").read_text())["accuracy"]
+    assert [r["format"] for r in rows] == ["<16,6>", "float"]
+    assert set(rows[0]) == ACCURACY_KEYS and rows[0]["params"] == 8
+    assert rows[0]["mean_mse"] == m["fixed"]["mean_mse"] and len(rows[0]["steady_mse"]) == 3
 
 
 def test_learn_rtl_checks_the_trajectory_and_writes_an_implementable_folder(tmp_path):
@@ -53,6 +65,11 @@ def test_learn_rtl_checks_the_trajectory_and_writes_an_implementable_folder(tmp_
     manifest = json.loads((out / "rtl" / "manifest.json").read_text())
     assert manifest["ii"] == 1 and manifest["top"] == "t1_kan_board"
     assert all((out / f).is_file() for f in manifest["files"])
+
+
+ACCURACY_KEYS = {"task", "model", "format", "params", "mean_mse", "steady_mse", "error_rate"}
+HARDWARE_KEYS = {"task", "model", "target", "lut", "ff", "dsp", "bram", "fmax_mhz", "latency_cycles", "latency_ns", "ii",
+                 "params"}
 
 
 def test_learn_help_has_examples(capsys):
@@ -69,6 +86,23 @@ def test_bench_online_accuracy_rows_compare_with_float():
     kan = by[("kan", "fixed<16,6>")]
     assert abs(kan["mse_vs_float"] - 1) < 0.02  # "indistinguishable from float"
     assert kan["steady_mse"][0] <= 0.0010 and kan["steady_mse"][1] <= 0.0015 and kan["steady_mse"][2] <= 0.0006
+    assert all(ACCURACY_KEYS <= set(r) for r in rows) and kan["format"] == "<16,6>" and kan["params"] == 8
+    assert by[("mlp", "float")]["params"] == 97
+
+
+def _hw(model, params, lut, target="xcvu9p", **kw):
+    return {"task": "t4", "model": model, "target": target, "design": f"{model}{params}", "parameters": params,
+            "params": params, "lut": lut, "ff": 10, "dsp": 1, "bram": 0, "fmax_mhz": None, "latency_cycles": 2,
+            "latency_ns": None, "ii": 1, "status": "ok", **kw}
+
+
+def test_bench_online_markdown_has_the_tables_and_the_kan_flatness():
+    res = OnlineBenchResult(scaling=[_hw("kan", 144, 1000), _hw("kan", 3120, 1080), _hw("mlp", 289, 5000),
+                                     _hw("kan", 65536, 9999, target="ecp5-85f", big=True)])
+    assert kan_flatness(res.scaling) == {"xcvu9p": 1.08}  # the big learner is not part of the sweep
+    page = markdown(res, "bitforge bench online --online-docs docs", {"scaling": "img/online-scaling.png"})
+    assert "`bitforge bench online --online-docs docs`" in page and "| kan144 | xcvu9p | 144 | 1,000 |" in page
+    assert "xcvu9p 1.080x" in page and "![scaling](img/online-scaling.png)" in page
 
 
 def test_bench_online_sections_are_checked():
@@ -84,8 +118,11 @@ def test_bench_online_sections_are_checked():
 def test_flow_learn_t1_reaches_an_ecp5_bitstream(tmp_path):
     out = tmp_path / "t1"
     assert main(["flow", "learn:t1", "--target", "ecp5-85f", "--simulator", "icarus", "-o", str(out)]) == 0
-    r = json.loads((out / "report.json").read_text())["targets"]["ecp5-85f"]
+    report = json.loads((out / "report.json").read_text())
+    r = report["targets"]["ecp5-85f"]
     assert r["status"] == "ok" and r["ii"] == 1 and r["bitstream"] and r["latency_ns"] < 100
+    (hw,) = report["hardware"]
+    assert set(hw) == HARDWARE_KEYS and hw["params"] == 8 and hw["latency_ns"] == r["latency_ns"]
 
 
 @pytest.mark.slow

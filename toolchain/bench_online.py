@@ -93,8 +93,9 @@ def _fixed_run(task, opts) -> dict:
 
 def _mean_metrics(runs: list[dict]) -> dict:
     out = {}
-    for k in ("mean_mse", "score"):
-        out[k] = statistics.fmean(r[k] for r in runs)
+    for k in ("mean_mse", "score", "error_rate"):
+        if k in runs[0]:
+            out[k] = statistics.fmean(r[k] for r in runs)
     if "steady_mse" in runs[0]:
         out["steady_mse"] = [statistics.fmean(r["steady_mse"][i] for r in runs) for i in range(len(runs[0]["steady_mse"]))]
     return out
@@ -104,7 +105,7 @@ def accuracy_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]
     from bitforge.models.online_learners import reference_spec, run_prequential
     from bitforge.models.online_tasks import make_task
 
-    from .learn_cmd import LearnOptions, _metrics
+    from .learn_cmd import LearnOptions, _metrics, accuracy_row, format_label
 
     rows = []
     for task_name in options.tasks:
@@ -117,14 +118,15 @@ def accuracy_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]
             variants = [(dp, "nearest") for dp in options.datapaths if dp != "float"]
             if "fixed<8,4>" in options.datapaths:
                 variants.append(("fixed<8,4>", "stochastic"))
+            params = _learner(task_name, model).n_params
             if "float" in options.datapaths:
-                rows.append({"task": task_name, "model": model, "datapath": "float", "rounding": "-", **float_m,
-                             "mse_vs_float": 1.0, "score_vs_float": 1.0})
+                rows.append({**accuracy_row(task_name, model, "float", params, float_m), "datapath": "float",
+                             "rounding": "-", **float_m, "mse_vs_float": 1.0, "score_vs_float": 1.0})
             for dp, rounding in variants:
                 m = _mean_metrics([_fixed_run(t, LearnOptions(task=task_name, model=model, datapath=dp,
                                                               rounding=rounding, seed=s))
                                    for t, s in zip(tasks, options.seeds)])
-                rows.append({"task": task_name, "model": model, "datapath": dp, "rounding": rounding, **m,
+                rows.append({**accuracy_row(task_name, model, format_label(dp, rounding), params, m), "datapath": dp, "rounding": rounding, **m,
                              "mse_vs_float": m["mean_mse"] / float_m["mean_mse"],
                              "score_vs_float": m["score"] / float_m["score"] if float_m["score"] else None})
     return rows
@@ -147,10 +149,11 @@ def t5_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
 
 # -- hardware ---------------------------------------------------------------------------------------------
 
-def _implement_learner(learner, name: str, target: str, work: Path, progress: Progress) -> dict:
+def _implement_learner(learner, name: str, target: str, work: Path, progress: Progress, task: str = "t4",
+                       model: str = "kan") -> dict:
     from .flows.implement import TimingWarning, implement
-    from .learn_cmd import learner_pnr_options
     from .flows.targets import DoesNotFit, get_target
+    from .learn_cmd import hardware_row, learner_pnr_options
     from .verify.simulate_learner import generate_learner, write_sources
 
     from .backends.rtl.learner_mlp import choose_lanes
@@ -162,8 +165,9 @@ def _implement_learner(learner, name: str, target: str, work: Path, progress: Pr
     out = work / name
     write_sources(design, out / "rtl")
     (out / "rtl" / "manifest.json").write_text(json.dumps(design.manifest(), indent=2) + "\n")
-    row = {"design": name, "target": target, "parameters": design.resources["parameters"],
-           "multipliers": design.resources["multipliers"], "latency_cycles": design.latency_cycles, "ii": design.ii,
+    params = design.resources["parameters"]
+    row = {**hardware_row(task, model, target, params, {"latency_cycles": design.latency_cycles, "ii": design.ii}),
+           "design": name, "parameters": params, "multipliers": design.resources["multipliers"],
            "form": "fully parallel" if lanes is None else f"time-multiplexed, {lanes} lanes"}
     dsp = get_target(target).budget.dsp
     if design.resources["multipliers"] > dsp:
@@ -204,7 +208,7 @@ def hardware_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]
             L = _learner(task, model)
             for target in options.targets:
                 progress(f"hardware: {task} {model} {list(L.spec.sizes)} on {target}")
-                rows.append(_implement_learner(L, f"{task}_{model}", target, options.work / "hw", progress))
+                rows.append(_implement_learner(L, f"{task}_{model}", target, options.work / "hw", progress, task, model))
     return rows
 
 
@@ -216,23 +220,23 @@ def scaling_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
         L = _learner("t4", "kan", grid_size=G)
         for target in options.targets:
             progress(f"scaling: T4 KAN [16,1] G={G} on {target}")
-            rows.append({"model": "kan", "knob": G, **_implement_learner(L, f"kan_g{G}", target,
-                                                                         options.work / "scaling", progress)})
+            rows.append({"knob": G, **_implement_learner(L, f"kan_g{G}", target, options.work / "scaling",
+                                                         progress, "t4", "kan")})
     if options.big:
         fm = LearnerFormats.make(BIG_KAN["datapath"], guard_bits=8, input=BIG_KAN["input"])
         L = _learner("t4", "kan", grid_size=BIG_KAN["grid_size"], sizes=BIG_KAN["sizes"], formats=fm,
                      grid_range=BIG_KAN["grid_range"])
         progress(f"scaling: T4 KAN {list(L.spec.sizes)} G={BIG_KAN['grid_size']} "
                  f"({int(L.layers()[0].coeffs.size):,} parameters) on ecp5-85f")
-        rows.append({"model": "kan", "knob": BIG_KAN["grid_size"], "big": True,
+        rows.append({"knob": BIG_KAN["grid_size"], "big": True,
                      **_implement_learner(L, f"kan_g{BIG_KAN['grid_size']}", "ecp5-85f", options.work / "scaling",
-                                          progress)})
+                                          progress, "t4", "kan")})
     for W in options.mlp_widths if options.scaling else ():
         L = _learner("t4", "mlp", sizes=(16, W, 1))
         for target in options.mlp_targets:
             progress(f"scaling: T4 MLP [16,{W},1] on {target}")
-            rows.append({"model": "mlp", "knob": W, **_implement_learner(L, f"mlp_w{W}", target,
-                                                                         options.work / "scaling", progress)})
+            rows.append({"knob": W, **_implement_learner(L, f"mlp_w{W}", target, options.work / "scaling",
+                                                         progress, "t4", "mlp")})
     return rows
 
 
@@ -368,6 +372,8 @@ def add_arguments(p) -> None:
     p.add_argument("--online-parts", default="accuracy,t5,hardware,scaling", metavar="A,B",
                    help="online: which sections to run (default all: accuracy,t5,hardware,scaling; 'big' is the "
                         "scaling section's >50k-parameter learner alone)")
+    p.add_argument("--online-docs", default=None, metavar="DIR",
+                   help="online: also write DIR/bench-online.md (the tables) with the plots in DIR/img/ (e.g. docs)")
     p.add_argument("--kan-grids", default=",".join(map(str, KAN_GRIDS)), metavar="G,G",
                    help="online: the scaling sweep's KAN grid sizes")
     p.add_argument("--mlp-widths", default=",".join(map(str, MLP_WIDTHS)), metavar="W,W",
@@ -394,4 +400,75 @@ def write_json(res: OnlineBenchResult, path: Path) -> None:
     Path(path).write_text(json.dumps(res.to_json(), indent=2, default=float) + "\n")
 
 
-__all__ = ["OnlineBenchOptions", "OnlineBenchResult", "run_bench", "tables", "write_json"]
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(r) + " |" for r in rows), ""]
+
+
+def kan_flatness(rows: list[dict]) -> dict[str, float]:
+    """Per target: the KAN sweep's largest LUT count over its smallest (the aim: within 1.10 as G grows)."""
+    out = {}
+    for target in sorted({r["target"] for r in rows}):
+        luts = [r["lut"] for r in rows if r.get("status") == "ok" and r["model"] == "kan" and not r.get("big")
+                and r["target"] == target and r.get("lut")]
+        if len(luts) > 1:
+            out[target] = max(luts) / min(luts)
+    return out
+
+
+def markdown(res: OnlineBenchResult, command: str, images: dict[str, str]) -> str:
+    """The benchmark as a markdown page (``--online-docs``): the same tables as the console, the plots."""
+    lines = ["# Online learners: benchmark", "",
+             f"Regenerate: `{command}` (flow caches under the work folder make the hardware rows instant on a "
+             "rerun). Numbers below are from that command's last run.", ""]
+    if res.accuracy:
+        lines += ["## Accuracy (prequential, mean over task seeds; score: T1/T2 MSE, T4 error rate)", ""]
+        lines += _md_table(["task", "model", "format", "params", "mean MSE", "score", "x float", "T1 steady MSE"],
+                           [[r["task"], r["model"], r["format"], f"{r['params']:,}", f"{r['mean_mse']:.5f}",
+                             f"{r['score']:.5f}", f"{r['mse_vs_float']:.2f}",
+                             " / ".join(f"{v:.5f}" for v in r.get("steady_mse", [])) or "-"] for r in res.accuracy])
+    if res.t5:
+        lines += ["## T5 CartPole, A2C (float KAN)", ""]
+        lines += _md_table(["seed", "episodes", "solved at", "best 100-episode mean"],
+                           [[str(r["seed"]), str(r["episodes"]), _n(r["solved_at"]), _n(r["best_100_mean"], "{:.1f}")]
+                            for r in res.t5])
+    for title, rows in (("Hardware (ecp5-85f: after place and route; xcvu9p: synthesis estimate)", res.hardware),
+                        ("Scaling on T4 (KAN: G grows; MLP: width grows)", res.scaling)):
+        if not rows:
+            continue
+        lines += [f"## {title}", ""]
+        lines += _md_table(["design", "target", "params", "LUT", "FF", "DSP", "BRAM", "Fmax MHz", "cycles", "ns", "II",
+                            "status"],
+                           [[r["design"], r["target"], _n(r.get("parameters")), _n(r.get("lut")), _n(r.get("ff")),
+                             _n(r.get("dsp")), _n(r.get("bram")), _n(r.get("fmax_mhz"), "{:.1f}"),
+                             _n(r.get("latency_cycles")), _n(r.get("latency_ns"), "{:.1f}"), _n(r.get("ii")),
+                             (r.get("status", "") + (f": {r['note']}" if r.get("note") else "")).replace("|", "/")]
+                            for r in rows])
+    flat = kan_flatness(res.scaling)
+    if flat:
+        lines += ["KAN logic as G grows (largest / smallest LUT count of the sweep): "
+                  + ", ".join(f"{t} {v:.3f}x" for t, v in flat.items()) + " (aim: within 1.10x).", ""]
+    for title, name in images.items():
+        lines += [f"![{title}]({name})", ""]
+    return "\n".join(lines)
+
+
+def write_docs(res: OnlineBenchResult, folder: Path, command: str) -> Path:
+    """``folder/bench-online.md`` and its plots under ``folder/img/`` (written whole, then renamed)."""
+    import shutil
+
+    folder = Path(folder)
+    (folder / "img").mkdir(parents=True, exist_ok=True)
+    images = {}
+    for plot in res.plots:
+        name = f"img/online-{Path(plot).name}"
+        shutil.copyfile(plot, folder / name)
+        images[Path(plot).stem] = name
+    page = folder / "bench-online.md"
+    tmp = page.with_name(".bench-online.md.tmp")
+    tmp.write_text(markdown(res, command, images))
+    tmp.replace(page)
+    return page
+
+
+__all__ = ["OnlineBenchOptions", "OnlineBenchResult", "markdown", "run_bench", "tables", "write_docs", "write_json"]

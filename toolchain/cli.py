@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import textwrap
 from typing import Optional
@@ -167,6 +168,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if args.json:
             write_online_json(result, Path(args.json))
             out_console.print(f"wrote {args.json}")
+        if args.online_docs:
+            from .bench_online import write_docs
+            page = write_docs(result, Path(args.online_docs), "bitforge " + shlex.join(sys.argv[1:]))
+            out_console.print(f"wrote {page}")
         return 0
     from .bench import bench_emulate, write_json
 

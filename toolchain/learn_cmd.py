@@ -7,9 +7,11 @@ same stream, so every metric is shown next to its float counterpart.
 
 Output folder (written to a temporary folder, then renamed): ``learner/`` (the IR folder of the initial
 state, ``metadata["learner"]`` holds the spec), ``final/`` (the state after the stream), ``metrics.json``,
-``learn.png`` (prediction vs target and the running error), ``report.md``; with ``--rtl`` also ``rtl/``
-(the generated core and board top, ``manifest.json``: ``bitforge implement OUT --target ecp5-85f`` builds it)
-and ``report.json`` ``verification.golden_vs_rtl`` (the trajectory on Icarus/Verilator, bit for bit).
+``learn.png`` (prediction vs target and the running error), ``report.md``, ``report.json`` with ``accuracy`` (the
+benchmark's JSON rows, fixed point and float); with ``--rtl`` also ``rtl/`` (the generated core and board top,
+``manifest.json``: ``bitforge implement OUT --target ecp5-85f`` builds it) and ``report.json``
+``verification.golden_vs_rtl`` (the trajectory on Icarus/Verilator, bit for bit); with ``--target`` the
+implementation and ``report.json`` ``hardware`` (the benchmark's hardware row).
 """
 from __future__ import annotations
 
@@ -84,6 +86,27 @@ def fixed_spec(opts: LearnOptions) -> tuple[LearnerSpec, object]:
     return spec, ref
 
 
+def accuracy_row(task: str, model: str, fmt: str, params: int, metrics: dict) -> dict:
+    """The issue's accuracy JSON keys (``bitforge bench online`` and ``bitforge learn``'s report.json)."""
+    return {"task": task, "model": model, "format": fmt, "params": params, "mean_mse": metrics["mean_mse"],
+            "steady_mse": metrics.get("steady_mse", []), "error_rate": metrics.get("error_rate")}
+
+
+def format_label(datapath: str, rounding: str = "nearest") -> str:
+    """``<16,6>``, ``<8,4> stochastic``, ``float``: the benchmark's ``format`` column."""
+    label = str(datapath).replace("fixed", "")
+    return label if rounding in ("nearest", "-") or label == "float" else f"{label} {rounding}"
+
+
+HARDWARE_KEYS = ("lut", "ff", "dsp", "bram", "fmax_mhz", "latency_cycles", "latency_ns", "ii")
+
+
+def hardware_row(task: str, model: str, target: str, params: int, impl: dict) -> dict:
+    """The issue's hardware JSON keys from an ``implement`` report (or a row that carries the same keys)."""
+    return {"task": task, "model": model, "target": target, **{k: impl.get(k) for k in HARDWARE_KEYS},
+            "params": params}
+
+
 def _metrics(task, codes: np.ndarray, lsb: float) -> dict:
     from bitforge.models.online_tasks import prequential_metrics
 
@@ -138,7 +161,10 @@ def run_learn(opts: LearnOptions, out: Path, progress: Progress = lambda m: None
     fixed_m = _metrics(task, traj.predictions, f.datapath.lsb)
     float_m = _metrics(task, float_pred, 1.0)
     metrics = {"task": opts.task, "model": opts.model, "samples": len(x), "spec": spec.to_json(),
-               "fixed": fixed_m, "float": float_m}
+               "fixed": fixed_m, "float": float_m, "params": learner.n_params,
+               "accuracy": [accuracy_row(opts.task, opts.model, format_label(opts.datapath, opts.rounding), learner.n_params,
+                                         fixed_m),
+                            accuracy_row(opts.task, opts.model, "float", learner.n_params, float_m)]}
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -151,6 +177,8 @@ def run_learn(opts: LearnOptions, out: Path, progress: Progress = lambda m: None
         if opts.rtl:
             metrics["rtl"] = _rtl(learner, x, t, tmp, opts, progress)
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, default=_json_default) + "\n")
+        accuracy = json.loads(json.dumps(metrics["accuracy"], default=_json_default))
+        update_report(tmp, lambda report: report.update(accuracy=accuracy))
         (tmp / "report.md").write_text(_report_md(metrics))
         if out.exists():
             shutil.rmtree(out)
@@ -252,6 +280,8 @@ def run_learn_flow(opts: LearnOptions, out: Path, target: Optional[str], printer
             warnings.simplefilter("ignore", TimingWarning)
             r = implement(Path(out), target, seed=pnr_seed, progress=progress, pnr_options=learner_pnr_options())
         m["target"] = r
+        row = hardware_row(m["task"], m["model"], target, m["params"], r)
+        update_report(Path(out), lambda report: report.update(hardware=[row]))
         printer(f"{target}: {r.get('lut')} LUT, {r.get('ff')} FF, {r.get('dsp')} DSP, {r.get('bram')} BRAM, "
                 f"Fmax {r.get('fmax_mhz')} MHz, latency {r.get('latency_cycles')} cycles = {r.get('latency_ns')} ns, "
                 f"II {r.get('ii')}")

@@ -320,6 +320,11 @@ class Learner:
     def state(self) -> State:
         return [{k: v.copy() for k, v in n.array_fields().items()} for n in self.layers()]
 
+    @property
+    def n_params(self) -> int:
+        """Learned values: every coefficient (KAN) or weight and bias (MLP) the update rule writes."""
+        return int(sum(v.size for n in self.layers() for v in n.array_fields().values()))
+
     def with_state(self, state: State, run: Optional[int] = None) -> "Learner":
         """A learner starting from ``state`` (e.g. a trajectory's final state; ``run`` picks one of a batch)."""
         layers = self.layers()

@@ -22,8 +22,8 @@ class LayerStats:
     ``xtx`` is the float64 sum of ``x x^T`` over ``n_tokens`` calibration tokens; the second-moment matrix
     (GPTQ's and NeUQI's Hessian up to a factor 2) is ``xtx / n_tokens``. For methods that declare
     ``fn.statistics = "diag"`` (they read only ``diag``) ``xtx`` is 1-D, the sums of ``x_i^2``: accumulating the
-    full matrix costs more than such a method's whole search (``x x^T`` of a 1536-wide input over 8k tokens is
-    about 40 GFLOP in float64 per layer).
+    full matrix costs more than such a method's search (``x x^T`` of ``down_proj``'s 1536-wide input over 8k
+    tokens is about 39 GFLOP in float64).
     """
 
     xtx: torch.Tensor

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from bitforge.toolchain import emulate
 from bitforge.toolchain.bspline import basis_table
-from bitforge.toolchain.emulate_learn import _round_shift, derivative_table, lfsr_leap, lfsr_step, run
+from bitforge.toolchain.emulate_learn import Stepper, _round_shift, derivative_table, lfsr_leap, lfsr_step, run
 from bitforge.toolchain.fixed import FixedType, Overflow, Rounding, quantize, to_float
 from bitforge.toolchain.learner import (
     LearnerFormats,
@@ -245,6 +245,27 @@ def test_batched_runs_equal_runs_one_at_a_time():
             np.testing.assert_array_equal(a["coeffs"][r], b["coeffs"])
         assert sorted(batched.snapshots) == sorted(one.snapshots) == [10, 20, 30, 40]
     assert not np.array_equal(batched.predictions[0], batched.predictions[1])
+
+
+@pytest.mark.parametrize("kind", ["kan", "mlp"])
+def test_stepper_predictions_have_no_side_effects(kind):
+    """Closed-loop use (A2C asks for V(s') between updates) must not perturb the trajectory: a stepper that
+    predicts other inputs between its steps follows run() bit for bit, LFSR lanes included."""
+    L = small_learner(kind, sizes=(2, 3, 1), rounding="stochastic", lr=3, coeff="fixed<10,2>")
+    x, t, le = stream(L, 50, seed=7)
+    want = run(L, x, t, le)
+    st = Stepper(L)
+    probe = quantize(np.random.default_rng(2).uniform(-2, 2, size=(50, 1, 2)), L.formats.input)
+    for i in range(50):
+        before = st.predict(x[i][None])
+        st.predict(probe[i])
+        pred, err = st.step(x[i][None], t[i][None], le[i:i + 1])
+        np.testing.assert_array_equal(pred, before)  # the update uses the prediction it was asked for
+        np.testing.assert_array_equal(pred[0], want.predictions[i])
+        np.testing.assert_array_equal(err[0], want.errors[i])
+    for a, b in zip(st.state(), want.final):
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k])
 
 
 def test_batch_of_different_structures_is_refused():

@@ -101,7 +101,7 @@ def test_bench_online_markdown_has_the_tables_and_the_kan_flatness():
                                      _hw("kan", 65536, 9999, target="ecp5-85f", big=True)])
     assert kan_flatness(res.scaling) == {"xcvu9p": 1.08}  # the big learner is not part of the sweep
     page = markdown(res, "bitforge bench online --online-docs docs", {"scaling": "img/online-scaling.png"})
-    assert "`bitforge bench online --online-docs docs`" in page and "| kan144 | xcvu9p | 144 | 1,000 |" in page
+    assert "`bitforge bench online --online-docs docs`" in page and "| kan144 | xcvu9p | 144 | 1,000 | - |" in page
     assert "xcvu9p 1.080x" in page and "![scaling](img/online-scaling.png)" in page
 
 

@@ -36,6 +36,9 @@ MODELS = ("kan", "mlp")
 HW_TARGETS = ("ecp5-85f", "xcvu9p")
 KAN_GRIDS = (6, 12, 24, 48, 96, 192)
 MLP_WIDTHS = (16, 32, 64, 128, 256)
+#: Synthesised cells that are LUTs used as memory (AMD distributed RAM, ECP5 DPRAM slices): the scaling plot
+#: shows them apart from logic LUTs, which is what must stay flat as G grows.
+LUTRAM_CELLS = ("RAM32", "RAM64", "RAM128", "RAM256", "TRELLIS_DPR")
 #: The public HLS KAN learner on T1 (RESEARCH.md): an HLS estimate on an UltraScale+ part.
 PUBLIC_T1 = {"design": "public HLS KAN [1,1] G=5 (T1)", "target": "UltraScale+ (HLS estimate)",
              "latency_cycles": 11, "latency_ns": 55.0, "ii": 12, "lut": 2695, "dsp": 9}
@@ -166,8 +169,10 @@ def _implement_learner(learner, name: str, target: str, work: Path, progress: Pr
     write_sources(design, out / "rtl")
     (out / "rtl" / "manifest.json").write_text(json.dumps(design.manifest(), indent=2) + "\n")
     params = design.resources["parameters"]
+    memory = design.resources.get("coefficient_bits", 0) + design.resources.get("rom_bits", 0)
     row = {**hardware_row(task, model, target, params, {"latency_cycles": design.latency_cycles, "ii": design.ii}),
            "design": name, "parameters": params, "multipliers": design.resources["multipliers"],
+           "memory_bits": memory or None,
            "form": "fully parallel" if lanes is None else f"time-multiplexed, {lanes} lanes"}
     dsp = get_target(target).budget.dsp
     if design.resources["multipliers"] > dsp:
@@ -185,6 +190,8 @@ def _implement_learner(learner, name: str, target: str, work: Path, progress: Pr
         row.update(status="does-not-fit", note=str(e).split(". Try")[0])
         return row
     row.update({k: r.get(k) for k in ("lut", "ff", "dsp", "bram", "fmax_mhz", "latency_ns", "bitstream")})
+    cells = (r.get("synthesis") or {}).get("cells", {})
+    row["lutram"] = sum(v for k, v in cells.items() if k.startswith(LUTRAM_CELLS))
     row.update(status="ok", resources_from=r.get("resources_from"), pnr_options=list(pnr))
     return row
 
@@ -251,17 +258,18 @@ def scaling_plot(rows: list[dict], path: Path, target: str = "xcvu9p") -> Option
     ok = [r for r in rows if r.get("status") == "ok" and not r.get("big")]
     if not ok:
         return None
-    fig, axes = plt.subplots(1, 5, figsize=(20, 4))
-    for ax, key in zip(axes[:4], ("lut", "ff", "dsp", "bram")):
+    fig, axes = plt.subplots(1, 6, figsize=(24, 4))
+    for ax, key in zip(axes[:5], ("lut", "lutram", "ff", "dsp", "bram")):
         for model, marker in (("kan", "o-"), ("mlp", "s--")):
-            pts = sorted((r["parameters"], r[key]) for r in ok if r["model"] == model and r["target"] == target)
+            pts = sorted((r["parameters"], r[key]) for r in ok
+                         if r["model"] == model and r["target"] == target and r.get(key) is not None)
             if pts:
                 ax.plot(*zip(*pts), marker, label=model.upper())
         ax.set_xscale("log")
-        ax.set_title(f"{key.upper()} ({target})")
+        ax.set_title({"lut": "logic LUT", "lutram": "LUTRAM cells"}.get(key, key.upper()) + f" ({target})")
         ax.set_xlabel("parameters")
         ax.legend()
-    ax = axes[4]
+    ax = axes[5]
     for model, marker in (("kan", "o-"), ("mlp", "s--")):
         pts = sorted((r["parameters"], r["latency_ns"]) for r in ok
                      if r["model"] == model and r["target"] == "ecp5-85f" and r.get("latency_ns"))
@@ -356,10 +364,11 @@ def tables(res: OnlineBenchResult):
         if not rows:
             continue
         t = Table(title=title, **kw)
-        for c in ("design", "target", "params", "LUT", "FF", "DSP", "BRAM", "Fmax", "cyc", "ns", "II", "status"):
+        for c in ("design", "target", "params", "LUT", "LUTRAM", "FF", "DSP", "BRAM", "Fmax", "cyc", "ns", "II", "status"):
             t.add_column(c, justify="left" if c in ("design", "target", "status") else "right", no_wrap=True)
         for r in rows:
-            t.add_row(r["design"], r["target"], _n(r.get("parameters")), _n(r.get("lut")), _n(r.get("ff")),
+            t.add_row(r["design"], r["target"], _n(r.get("parameters")), _n(r.get("lut")), _n(r.get("lutram")),
+                      _n(r.get("ff")),
                       _n(r.get("dsp")), _n(r.get("bram")), _n(r.get("fmax_mhz"), "{:.1f}"), _n(r.get("latency_cycles")),
                       _n(r.get("latency_ns"), "{:.1f}"), _n(r.get("ii")), r.get("status", ""))
         parts.append(t)
@@ -393,7 +402,9 @@ def options_from_args(args) -> OnlineBenchOptions:
                               scaling="scaling" in parts, big="scaling" in parts or "big" in parts,
                               kan_grids=tuple(int(v) for v in args.kan_grids.split(",")),
                               mlp_widths=tuple(int(v) for v in args.mlp_widths.split(",")),
-                              mlp_targets=tuple(t.strip() for t in args.mlp_targets.split(",") if t.strip()))
+                              mlp_targets=tuple(t.strip() for t in args.mlp_targets.split(",") if t.strip()),
+                              targets=tuple(t.strip() for t in args.targets.split(",") if t.strip())
+                              if getattr(args, "targets", None) else HW_TARGETS)
 
 
 def write_json(res: OnlineBenchResult, path: Path) -> None:
@@ -437,9 +448,10 @@ def markdown(res: OnlineBenchResult, command: str, images: dict[str, str]) -> st
         if not rows:
             continue
         lines += [f"## {title}", ""]
-        lines += _md_table(["design", "target", "params", "LUT", "FF", "DSP", "BRAM", "Fmax MHz", "cycles", "ns", "II",
-                            "status"],
-                           [[r["design"], r["target"], _n(r.get("parameters")), _n(r.get("lut")), _n(r.get("ff")),
+        lines += _md_table(["design", "target", "params", "LUT", "LUTRAM", "FF", "DSP", "BRAM", "Fmax MHz", "cycles", "ns",
+                            "II", "status"],
+                           [[r["design"], r["target"], _n(r.get("parameters")), _n(r.get("lut")), _n(r.get("lutram")),
+                             _n(r.get("ff")),
                              _n(r.get("dsp")), _n(r.get("bram")), _n(r.get("fmax_mhz"), "{:.1f}"),
                              _n(r.get("latency_cycles")), _n(r.get("latency_ns"), "{:.1f}"), _n(r.get("ii")),
                              (r.get("status", "") + (f": {r['note']}" if r.get("note") else "")).replace("|", "/")]

@@ -389,7 +389,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``bench rtl`` options (the ``bench`` parser's other suites ignore them)."""
     p.add_argument("--designs", metavar="A,B", help=f"rtl: designs to run, comma-separated (default all: "
                    f"{', '.join(DESIGNS)})")
-    p.add_argument("--targets", metavar="T,U", help=f"rtl: targets (default {','.join(TARGETS)})")
+    p.add_argument("--targets", metavar="T,U", help=f"rtl and online: targets (default {','.join(TARGETS)})")
     p.add_argument("--work", default="out/bench-rtl", metavar="DIR",
                    help="rtl: folder for the designs and flow caches (default out/bench-rtl; reruns reuse it)")
     p.add_argument("--latency-cutoff", type=float, metavar="D",

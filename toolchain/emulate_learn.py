@@ -45,7 +45,7 @@ from .learner import (
     lane_seeds,
 )
 
-__all__ = ["Trajectory", "run", "derivative_table", "lfsr_step", "lfsr_leap", "IndexFn"]
+__all__ = ["Stepper", "Trajectory", "run", "derivative_table", "lfsr_step", "lfsr_leap", "IndexFn"]
 
 #: ``(x codes (R, in), KAN node) -> (cell, u)``; the default is the IR's :func:`~bitforge.toolchain.bspline.cell_and_u`.
 IndexFn = Callable[[np.ndarray, ir.KANLayer], tuple[np.ndarray, np.ndarray]]
@@ -294,6 +294,101 @@ def _per_run(a, R: int, n: Optional[int], width: int, t: FixedType, what: str) -
     return a.astype(np.int64)
 
 
+class Stepper:
+    """The golden learner one sample at a time, for closed-loop use where a target depends on earlier
+    predictions (A2C on CartPole: the TD target needs V(s')). :func:`run` is this in a loop, so a stepper and a
+    trajectory agree bit for bit.
+
+    ``learners``: one learner, or a batch that differs only in state, lr_shift and seeds (arrays then carry a
+    leading run axis R; a single learner is run as R = 1 and :meth:`predict`/:meth:`step` still return
+    ``(1, d_out)``).
+    """
+
+    def __init__(self, learners: Union[Learner, Sequence[Learner]], index_fn: Optional[IndexFn] = None):
+        self.single = isinstance(learners, Learner)
+        ls = [learners] if self.single else list(learners)
+        if not ls:
+            raise LearnerError("run() needs at least one learner")
+        ref = _structure(ls[0])
+        for i, other in enumerate(ls[1:], 1):
+            if _structure(other) != ref:
+                raise LearnerError(f"learner {i} of the batch differs from learner 0 in more than state, lr_shift "
+                                   "and seeds; batch only learners built from the same spec")
+        spec, f = ls[0].spec, ls[0].formats
+        self.spec, self.formats, self.runs = spec, f, len(ls)
+        index_fn = index_fn or (lambda xq, nd: cell_and_u(xq, nd.grid_size, nd.u_bits, nd.index_lo, nd.index_mult,
+                                                           nd.index_shift))
+        self.layers = []
+        x_t = f.input
+        per_run_layers = [m.layers() for m in ls]
+        for j in range(spec.n_layers):
+            nodes = [pl[j] for pl in per_run_layers]
+            if spec.kind == "kan":
+                self.layers.append(_Kan(nodes, f, x_t, index_fn))
+            else:
+                self.layers.append(_Dense(nodes, f, x_t, relu=j < spec.n_layers - 1))
+            x_t = f.datapath
+
+        lr = np.array([m.rule.lr_shift for m in ls], dtype=np.int64)
+        self.stochastic = spec.rule.rounding == "stochastic"
+        self.rand_bits = rand_bits = spec.rule.rand_bits
+        for layer in self.layers:  # int64 bounds of the update (p + r, or p << -d)
+            pmax, d_lo, d_hi = layer.update_bound()
+            dmin, dmax = d_lo + int(lr.min()), max(d_hi + int(lr.max()), 0)
+            worst = max(pmax * 2.0 ** max(-dmin, 0), pmax + 2.0 ** dmax, 2.0 ** (dmax + rand_bits))  # w << d
+            if worst >= _LIMIT:
+                raise LearnerError(f"the update products of these formats need {_bits(worst):.0f} bits (error "
+                                   f"{f.error}, basis {f.basis}, storage {f.storage}, lr_shift {int(lr.min())}.."
+                                   f"{int(lr.max())}); the golden model keeps them in int64: narrow the error or "
+                                   "basis format")
+        self.lfsr = None
+        if self.stochastic:
+            seeds = [lane_seeds(m.spec) for m in ls]
+            self.lfsr = [tuple(np.stack([s[j][a] for s in seeds]) for a in range(len(seeds[0][j])))
+                         for j in range(spec.n_layers)]
+        self._word_mask = np.uint64((1 << rand_bits) - 1)
+        self._diff_t = FixedType(f.datapath.width + 1, f.datapath.integer + 1, True)
+        d_base = f.error.frac + f.basis.frac - 1 - f.storage.frac if spec.kind == "kan" else \
+            f.error.frac - 1 - f.storage.frac
+        self._d = d_base + lr
+
+    def _forward(self, x: np.ndarray):
+        h, caches = x, []
+        for layer in self.layers:
+            h, cache = layer.forward(h)
+            caches.append(cache)
+        return h, caches
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Datapath codes ``(R, d_out)`` for input codes ``(R, d_in)``; the state does not change."""
+        return self._forward(np.asarray(x, dtype=np.int64))[0]
+
+    def step(self, x: np.ndarray, target: np.ndarray, learn: Optional[np.ndarray] = None):
+        """Predict, then update on the same sample: returns (prediction, error) codes ``(R, d_out)``.
+        ``x`` ``(R, d_in)`` input codes, ``target`` ``(R, d_out)`` datapath codes, ``learn`` ``(R,)`` booleans."""
+        learn = np.ones(self.runs, dtype=bool) if learn is None else np.asarray(learn, dtype=bool)
+        h, caches = self._forward(np.asarray(x, dtype=np.int64))
+        e = fixed.requantize(h - np.asarray(target, dtype=np.int64), self._diff_t, self.formats.error)
+        g = e
+        kan = self.spec.kind == "kan"
+        for j in range(len(self.layers) - 1, -1, -1):
+            words = None
+            if self.stochastic:
+                w = tuple((s & self._word_mask).astype(np.int64) for s in self.lfsr[j])
+                words = w[0] if kan else w
+            g = self.layers[j].backward(caches[j], g, self._d, learn, words, self.rand_bits, need_grad=j > 0)
+        if self.stochastic:
+            self.lfsr = [tuple(lfsr_leap(s, self.rand_bits) for s in lanes) for lanes in self.lfsr]
+        return h, e
+
+    def state(self) -> State:
+        """The current state (per run stacked on a leading axis unless a single learner was given)."""
+        return _stack_state(self.layers, self.single)
+
+    def lfsr_state(self) -> list:
+        return [] if self.lfsr is None else [tuple(s[0] if self.single else s for s in lanes) for lanes in self.lfsr]
+
+
 def run(learners: Union[Learner, Sequence[Learner]], x_codes, target_codes, learn_enable=None, *,
         snapshot_every: Optional[int] = None, index_fn: Optional[IndexFn] = None) -> Trajectory:
     """The prequential trajectory of one learner, or of a batch of learners that differ only in state, lr_shift
@@ -304,16 +399,8 @@ def run(learners: Union[Learner, Sequence[Learner]], x_codes, target_codes, lear
     ``index_fn`` replaces the KAN cell/u computation (to study index arithmetic, e.g. the public HLS code's
     saturating index); the default is the IR's.
     """
-    single = isinstance(learners, Learner)
-    ls = [learners] if single else list(learners)
-    if not ls:
-        raise LearnerError("run() needs at least one learner")
-    ref = _structure(ls[0])
-    for i, other in enumerate(ls[1:], 1):
-        if _structure(other) != ref:
-            raise LearnerError(f"learner {i} of the batch differs from learner 0 in more than state, lr_shift and "
-                               "seeds; batch only learners built from the same spec")
-    spec, f, R = ls[0].spec, ls[0].formats, len(ls)
+    st = Stepper(learners, index_fn)
+    spec, f, R = st.spec, st.formats, st.runs
     x = _per_run(x_codes, R, None, spec.sizes[0], f.input, "x_codes")
     n = x.shape[1]
     t = _per_run(target_codes, R, n, spec.sizes[-1], f.datapath, "target_codes")
@@ -322,71 +409,17 @@ def run(learners: Union[Learner, Sequence[Learner]], x_codes, target_codes, lear
         le = np.broadcast_to(le[None], (R,) + le.shape)
     if le.shape != (R, n):
         raise LearnerError(f"learn_enable: expected shape ({n},) or ({R}, {n}), found {np.shape(learn_enable)}")
-    index_fn = index_fn or (lambda xq, nd: cell_and_u(xq, nd.grid_size, nd.u_bits, nd.index_lo, nd.index_mult,
-                                                       nd.index_shift))
-
-    layers = []
-    x_t = f.input
-    per_run_layers = [m.layers() for m in ls]
-    for j in range(spec.n_layers):
-        nodes = [pl[j] for pl in per_run_layers]
-        if spec.kind == "kan":
-            layers.append(_Kan(nodes, f, x_t, index_fn))
-        else:
-            layers.append(_Dense(nodes, f, x_t, relu=j < spec.n_layers - 1))
-        x_t = f.datapath
-
-    lr = np.array([m.rule.lr_shift for m in ls], dtype=np.int64)
-    stochastic = spec.rule.rounding == "stochastic"
-    rand_bits = spec.rule.rand_bits
-    for layer in layers:  # int64 bounds of the update (p + r, or p << -d)
-        pmax, d_lo, d_hi = layer.update_bound()
-        dmin, dmax = d_lo + int(lr.min()), max(d_hi + int(lr.max()), 0)
-        worst = max(pmax * 2.0 ** max(-dmin, 0), pmax + 2.0 ** dmax, 2.0 ** (dmax + rand_bits))  # w << d
-        if worst >= _LIMIT:
-            raise LearnerError(f"the update products of these formats need {_bits(worst):.0f} bits (error "
-                               f"{f.error}, basis {f.basis}, storage {f.storage}, lr_shift {int(lr.min())}.."
-                               f"{int(lr.max())}); the golden model keeps them in int64: narrow the error or basis "
-                               "format")
-    lfsr = None
-    if stochastic:
-        seeds = [lane_seeds(m.spec) for m in ls]
-        lfsr = [tuple(np.stack([s[j][a] for s in seeds]) for a in range(len(seeds[0][j])))
-                for j in range(spec.n_layers)]
-    word_mask = np.uint64((1 << rand_bits) - 1)
     d_out = spec.sizes[-1]
     preds = np.zeros((R, n, d_out), dtype=np.int64)
     errs = np.zeros((R, n, d_out), dtype=np.int64)
-    diff_t = FixedType(f.datapath.width + 1, f.datapath.integer + 1, True)
     snaps: dict[int, State] = {}
-    d_base = f.error.frac + f.basis.frac - 1 - f.storage.frac if spec.kind == "kan" else \
-        f.error.frac - 1 - f.storage.frac
-    d = d_base + lr
     for step in range(n):
-        h = x[:, step]
-        caches = []
-        for layer in layers:
-            h, cache = layer.forward(h)
-            caches.append(cache)
-        preds[:, step] = h
-        e = fixed.requantize(h - t[:, step], diff_t, f.error)
-        errs[:, step] = e
-        g = e
-        for j in range(len(layers) - 1, -1, -1):
-            words = None
-            if stochastic:
-                w = tuple((s & word_mask).astype(np.int64) for s in lfsr[j])
-                words = w[0] if spec.kind == "kan" else w
-            g = layers[j].backward(caches[j], g, d, le[:, step], words, rand_bits, need_grad=j > 0)
-        if stochastic:
-            lfsr = [tuple(lfsr_leap(s, rand_bits) for s in lanes) for lanes in lfsr]
+        preds[:, step], errs[:, step] = st.step(x[:, step], t[:, step], le[:, step])
         if snapshot_every and (step + 1) % snapshot_every == 0:
-            snaps[step + 1] = _stack_state(layers, single)
-    final = _stack_state(layers, single)
-    out_lfsr = [] if lfsr is None else [tuple(s[0] if single else s for s in lanes) for lanes in lfsr]
-    if single:
-        return Trajectory(preds[0], errs[0], final, snaps, out_lfsr)
-    return Trajectory(preds, errs, final, snaps, out_lfsr)
+            snaps[step + 1] = st.state()
+    if st.single:
+        return Trajectory(preds[0], errs[0], st.state(), snaps, st.lfsr_state())
+    return Trajectory(preds, errs, st.state(), snaps, st.lfsr_state())
 
 
 def _stack_state(layers, single: bool) -> State:

@@ -398,13 +398,16 @@ def options_from_args(args) -> OnlineBenchOptions:
     if unknown:
         raise BitforgeError(f"--online-parts: unknown section(s) {sorted(unknown)}; expected accuracy, t5, hardware, "
                             "scaling")
+    targets = tuple(t.strip() for t in args.targets.split(",") if t.strip()) if getattr(args, "targets", None) \
+        else HW_TARGETS
+    # The >50k-parameter learner is an ecp5-85f point: part of 'scaling' only when that target is.
+    big = "big" in parts or ("scaling" in parts and "ecp5-85f" in targets)
     return OnlineBenchOptions(work=Path(args.online_work), accuracy="accuracy" in parts, t5="t5" in parts, hardware="hardware" in parts,
-                              scaling="scaling" in parts, big="scaling" in parts or "big" in parts,
+                              scaling="scaling" in parts, big=big,
                               kan_grids=tuple(int(v) for v in args.kan_grids.split(",")),
                               mlp_widths=tuple(int(v) for v in args.mlp_widths.split(",")),
                               mlp_targets=tuple(t.strip() for t in args.mlp_targets.split(",") if t.strip()),
-                              targets=tuple(t.strip() for t in args.targets.split(",") if t.strip())
-                              if getattr(args, "targets", None) else HW_TARGETS)
+                              targets=targets)
 
 
 def write_json(res: OnlineBenchResult, path: Path) -> None:

@@ -315,12 +315,17 @@ class A2CConfig:
     and no gradient; the loss is -log pi(a|s) delta + w delta^2 - beta H(pi), so the feedback is
     (pi - onehot(a)) delta on the logits and -2 w delta on the value: all computable on chip (w a power of
     two: a shift). A truncated episode (500 steps) still bootstraps from V(s').
+
+    ``reward``: the reward per step the learner sees (CartPole's 1 scaled; a power of two on chip). V(s)
+    approaches ``reward / (1 - gamma)``: 128 with reward 1 and gamma 1 - 2**-7, beyond a <16,6> datapath's +-32, so a
+    fixed-point critic needs the reward scaled down (the episode returns reported are CartPole's own, unscaled).
     """
 
     spec: FloatLearnerSpec = FloatLearnerSpec("kan", (4, 3), grid_size=5, order=3, grid_range=(-1.0, 1.0), eta=2.0 ** -7)
-    gamma: float = 0.99
+    gamma: float = 1.0 - 2.0 ** -7  # 0.9922: 1 - 2**-n is a shifted subtract on chip
     critic_weight: float = 1.0
     entropy: float = 0.0
+    reward: float = 1.0
     target: float = 475.0
     window: int = 100
     max_episodes: int = 3000
@@ -348,12 +353,12 @@ class A2CResult:
 
 def a2c_loss(out: torch.Tensor, action: torch.Tensor, v_next: torch.Tensor, terminated: torch.Tensor,
              config: A2CConfig) -> torch.Tensor:
-    """Per-run loss ``(R,)`` of one transition with reward 1; ``out`` = (logit_0, logit_1, V(s)) ``(R, 3)``.
+    """Per-run loss ``(R,)`` of one transition (reward ``config.reward``); ``out`` = (logit_0, logit_1, V(s)) ``(R, 3)``.
 
     Its gradient on ``out`` is the on-chip feedback: (pi - onehot(a)) delta (- beta dH/dlogits) on the
-    logits and -2 w delta on the value, delta = 1 + gamma V(s') (1 - terminated) - V(s) held constant.
+    logits and -2 w delta on the value, delta = r + gamma V(s') (1 - terminated) - V(s) held constant.
     """
-    delta = (1.0 + config.gamma * v_next * (1.0 - terminated) - out[:, 2]).detach()
+    delta = (config.reward + config.gamma * v_next * (1.0 - terminated) - out[:, 2]).detach()
     logp = torch.log_softmax(out[:, :2], dim=1)
     chosen = logp.gather(1, action.view(-1, 1))[:, 0]
     entropy = -(logp.exp() * logp).sum(1)

@@ -16,9 +16,10 @@ Designs are generated into ``--work``; the flows' content-hashed caches make a r
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -57,6 +58,7 @@ class OnlineBenchOptions:
     datapaths: tuple[str, ...] = DATAPATHS
     accuracy: bool = True
     t5: bool = True
+    t5_episodes: int = 3000
     hardware: bool = True
     targets: tuple[str, ...] = HW_TARGETS
     scaling: bool = True
@@ -135,18 +137,39 @@ def accuracy_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]
     return rows
 
 
-def t5_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
-    from bitforge.models.online_learners import A2CConfig, run_a2c
+def t5_config(model: str, episodes: int):
+    """T5's A2C configuration per model. Reward 2**-4 per step keeps V (up to reward / (1 - gamma) = 8) inside
+    the narrow datapaths; eta 2**-3 and critic weight 2**-4 then give exactly the dynamics of reward 1, eta
+    2**-7, weight 1 (the actor's step scales with delta, the critic's relative step does not)."""
+    from bitforge.models.online_learners import A2CConfig, FloatLearnerSpec
 
-    progress(f"T5: A2C on CartPole, float KAN, seeds {list(options.seeds)} (minutes)")
-    cfg = A2CConfig()
-    r = run_a2c(cfg, seeds=options.seeds)
+    spec = A2CConfig().spec if model == "kan" else FloatLearnerSpec("mlp", (4, 16, 3), eta=2.0 ** -3)
+    if model == "kan":
+        spec = replace(spec, eta=2.0 ** -3)
+    return A2CConfig(spec=spec, reward=2.0 ** -4, critic_weight=2.0 ** -4, max_episodes=episodes)
+
+
+def t5_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
+    from bitforge.models.online_learners import run_a2c
+
+    from .learn_a2c import run_a2c_fixed
+    from .learn_cmd import format_label
+
     rows = []
-    for s, returns, solved in zip(options.seeds, r.returns, r.solved_at):
-        w = cfg.window
-        best = max((statistics.fmean(returns[i - w:i]) for i in range(w, len(returns) + 1)), default=None)
-        rows.append({"task": "t5", "model": "kan (float, A2C)", "seed": s, "episodes": len(returns),
-                     "solved_at": solved, "best_100_mean": best, "target": cfg.target})
+    for model in MODELS:
+        cfg = t5_config(model, options.t5_episodes)
+        for dp in options.datapaths:
+            progress(f"T5: A2C on CartPole, {model} at {dp}, seeds {list(options.seeds)}, up to "
+                     f"{cfg.max_episodes:,} episodes (minutes)")
+            r = run_a2c(cfg, seeds=options.seeds) if dp == "float" else run_a2c_fixed(cfg, dp, options.seeds)
+            for s, returns, solved in zip(options.seeds, r.returns, r.solved_at):
+                w = cfg.window
+                best = max((statistics.fmean(returns[i - w:i]) for i in range(w, len(returns) + 1)), default=None)
+                rows.append({"task": "t5", "model": model, "format": format_label(dp), "seed": s,
+                             "params": sum(math.prod(sh) for sh in cfg.spec.param_shapes()),
+                             "episodes": len(returns), "solved_at": solved, "best_100_mean": best,
+                             "last_100_mean": statistics.fmean(returns[-w:]) if returns else None,
+                             "target": cfg.target})
     return rows
 
 
@@ -353,11 +376,14 @@ def tables(res: OnlineBenchResult):
                     " / ".join(f"{v:.5f}" for v in r.get("steady_mse", [])))
     parts = [acc]
     if res.t5:
-        t5 = Table(title="T5 CartPole, A2C, float KAN (episodes to a 100-episode mean >= 475)", **kw)
+        t5 = Table(title="T5 CartPole, A2C (episodes to a 100-episode mean >= 475)", **kw)
+        for c in ("model", "format"):
+            t5.add_column(c)
         for c in ("seed", "episodes", "solved at", "best 100-mean"):
             t5.add_column(c, justify="right")
         for r in res.t5:
-            t5.add_row(str(r["seed"]), str(r["episodes"]), _n(r["solved_at"]), _n(r["best_100_mean"], "{:.1f}"))
+            t5.add_row(r["model"], r["format"], str(r["seed"]), str(r["episodes"]), _n(r["solved_at"]),
+                       _n(r["best_100_mean"], "{:.1f}"))
         parts.append(t5)
     for title, rows in (("hardware (ecp5-85f: after place and route; xcvu9p: synthesis estimate)", res.hardware),
                         ("scaling on T4", res.scaling)):
@@ -383,6 +409,8 @@ def add_arguments(p) -> None:
                         "scaling section's >50k-parameter learner alone)")
     p.add_argument("--online-docs", default=None, metavar="DIR",
                    help="online: also write DIR/bench-online.md (the tables) with the plots in DIR/img/ (e.g. docs)")
+    p.add_argument("--t5-episodes", type=int, default=3000, metavar="N",
+                   help="online: T5's episode cap per run (default 3000; each run stops once solved)")
     p.add_argument("--kan-grids", default=",".join(map(str, KAN_GRIDS)), metavar="G,G",
                    help="online: the scaling sweep's KAN grid sizes")
     p.add_argument("--mlp-widths", default=",".join(map(str, MLP_WIDTHS)), metavar="W,W",
@@ -407,7 +435,7 @@ def options_from_args(args) -> OnlineBenchOptions:
                               kan_grids=tuple(int(v) for v in args.kan_grids.split(",")),
                               mlp_widths=tuple(int(v) for v in args.mlp_widths.split(",")),
                               mlp_targets=tuple(t.strip() for t in args.mlp_targets.split(",") if t.strip()),
-                              targets=targets)
+                              targets=targets, t5_episodes=args.t5_episodes)
 
 
 def write_json(res: OnlineBenchResult, path: Path) -> None:
@@ -442,10 +470,10 @@ def markdown(res: OnlineBenchResult, command: str, images: dict[str, str]) -> st
                              f"{r['score']:.5f}", f"{r['mse_vs_float']:.2f}",
                              " / ".join(f"{v:.5f}" for v in r.get("steady_mse", [])) or "-"] for r in res.accuracy])
     if res.t5:
-        lines += ["## T5 CartPole, A2C (float KAN)", ""]
-        lines += _md_table(["seed", "episodes", "solved at", "best 100-episode mean"],
-                           [[str(r["seed"]), str(r["episodes"]), _n(r["solved_at"]), _n(r["best_100_mean"], "{:.1f}")]
-                            for r in res.t5])
+        lines += ["## T5 CartPole, A2C (episodes to a 100-episode mean >= 475)", ""]
+        lines += _md_table(["model", "format", "seed", "episodes", "solved at", "best 100-episode mean"],
+                           [[r["model"], r["format"], str(r["seed"]), str(r["episodes"]), _n(r["solved_at"]),
+                             _n(r["best_100_mean"], "{:.1f}")] for r in res.t5])
     for title, rows in (("Hardware (ecp5-85f: after place and route; xcvu9p: synthesis estimate)", res.hardware),
                         ("Scaling on T4 (KAN: G grows; MLP: width grows)", res.scaling)):
         if not rows:

@@ -8,10 +8,11 @@ integers so that the whole closed loop is reproducible bit for bit:
    with the same, pre-update coefficients (a sample with learn-enable 0 in hardware).
 2. Policy: ``p = sigmoid(l1 - l0)`` from a table (:data:`P_BITS`-bit probabilities indexed by the logit
    difference at :data:`SIGMOID_STEP`), action ``a = [u < p]`` with a :data:`P_BITS`-bit uniform ``u``.
-3. TD error ``delta = r + gamma V(s') (1 - terminated) - V(s)`` with ``gamma = 1 - 2**-GAMMA_SHIFT`` (a
-   subtract of a shifted copy; ``1 - 2**-7 = 0.9922`` stands for the float reference's 0.99).
-4. Targets so that the learner's own error is the A2C feedback: value ``t_V = r + gamma V(s')`` (so
-   ``e = -delta``, the critic's LMS step); logits ``t_1 = l1 - (p - a) delta / 2``, ``t_0 = l0 + (p - a) delta /
+3. TD error ``delta = r + gamma V(s') (1 - terminated) - V(s)`` with ``gamma = 1 - 2**-n`` (a subtract of a
+   shifted copy; the reference's default is ``1 - 2**-7``, :func:`gamma_shift` refuses others) and ``r`` the
+   config's ``reward`` in datapath LSBs (scaled down so that V, up to ``r / (1 - gamma)``, fits the datapath).
+4. Targets so that the learner's own error is the A2C feedback: value ``t_V = V + w delta`` (so ``e = -w delta``,
+   the LMS step on the critic loss ``w delta^2``; ``w = 2**-n``, 1 by default: ``t_V = r + gamma V(s')``); logits ``t_1 = l1 - (p - a) delta / 2``, ``t_0 = l0 + (p - a) delta /
    2`` (``e`` is half the policy-gradient feedback ``(pi - onehot(a)) delta``; the learner doubles it).
    Then ``step(s, t)`` updates (the same coefficients predict s again: the prediction equals step 1's).
 
@@ -27,12 +28,11 @@ import numpy as np
 
 from . import emulate_learn, fixed
 from .fixed import FixedType
-from .learner import LearnerFormats, LearnerSpec, UpdateRule, build_learner
+from .learner import LearnerError, LearnerFormats, LearnerSpec, UpdateRule, build_learner
 
 P_BITS = 12
 SIGMOID_STEP = 2.0 ** -5
 SIGMOID_RANGE = 8.0
-GAMMA_SHIFT = 7
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,15 @@ class A2CFixedResult:
     solved_at: tuple[Optional[int], ...]
     steps: int
     datapath: str
+
+
+def gamma_shift(gamma: float) -> int:
+    """``n`` with ``gamma = 1 - 2**-n``: the discount the controller applies as a shifted subtract."""
+    n = round(-math.log2(1.0 - gamma)) if gamma < 1.0 else 0
+    if gamma >= 1.0 or 1.0 - 2.0 ** -n != gamma:
+        raise LearnerError(f"A2C discount gamma = {gamma}: the fixed-point controller needs gamma = 1 - 2**-n "
+                           f"(e.g. {1 - 2.0 ** -7} for n = 7)")
+    return n
 
 
 def sigmoid_table() -> np.ndarray:
@@ -73,11 +82,18 @@ def run_a2c_fixed(config, datapath: str = "fixed<16,6>", seeds: Sequence[int] = 
     st = emulate_learn.Stepper(learners)
     R, f = len(learners), learners[0].formats
     dp = f.datapath
-    one = 1 << dp.frac
+    one = fixed.quantize(config.reward, dp).item()               # the reward per step, in datapath LSBs
+    if one <= 0:
+        raise LearnerError(f"A2C reward {config.reward} is below the datapath's LSB ({dp.lsb}); use a wider "
+                           "datapath or a larger reward")
     table = sigmoid_table()
     idx_shift = dp.frac - round(-math.log2(SIGMOID_STEP))   # datapath LSBs per table step
     half = table.size // 2
     wide = FixedType(dp.width + 4, dp.integer + 4, True)    # the controller's sums before saturation
+    gshift = gamma_shift(config.gamma)
+    wshift = round(-math.log2(config.critic_weight))
+    if not 0 <= wshift or 2.0 ** -wshift != config.critic_weight:
+        raise LearnerError(f"A2C critic weight {config.critic_weight}: the fixed-point controller needs 2**-n, n >= 0")
     env = CartPoleVec(R, seed=int(seeds[0]))
     pick = np.random.default_rng((int(seeds[0]), 0xA2C))
     scale = np.asarray(CARTPOLE_OBS_SCALE)
@@ -101,9 +117,10 @@ def run_a2c_fixed(config, datapath: str = "fixed<16,6>", seeds: Sequence[int] = 
         action = (u < p).astype(np.int64)
         nxt, _, term, trunc = env.step(action)
         v_next = st.predict(codes(nxt))[:, 2]
-        boot = np.where(term, 0, v_next - (v_next >> GAMMA_SHIFT))  # gamma V(s') as a shifted subtract
-        t_v = fixed.requantize(one + boot, wide, dp)
+        boot = np.where(term, 0, v_next - (v_next >> gshift))      # gamma V(s') as a shifted subtract
         delta = one + boot - out[:, 2]                            # r + gamma V(s') - V(s), datapath LSBs
+        # critic: e = -w delta (w = 2**-wshift), the LMS step on w (V - target)^2; w = 1 gives t_V = r + gamma V(s')
+        t_v = fixed.requantize(out[:, 2] + ((delta + ((1 << wshift) >> 1)) >> wshift), wide, dp)
         # (p - a) delta / 2 in datapath LSBs, rounded half up: one product and a shift
         adv = ((p - (action << P_BITS)) * delta + (1 << P_BITS)) >> (P_BITS + 1)
         target = np.stack([fixed.requantize(out[:, 0] + adv, wide, dp), fixed.requantize(out[:, 1] - adv, wide, dp),
@@ -129,4 +146,4 @@ def run_a2c_fixed(config, datapath: str = "fixed<16,6>", seeds: Sequence[int] = 
     return A2CFixedResult(tuple(tuple(r) for r in returns), tuple(solved), steps, datapath)
 
 
-__all__ = ["A2CFixedResult", "a2c_spec", "run_a2c_fixed", "sigmoid_table"]
+__all__ = ["A2CFixedResult", "a2c_spec", "gamma_shift", "run_a2c_fixed", "sigmoid_table"]

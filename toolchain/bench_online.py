@@ -63,6 +63,7 @@ class OnlineBenchOptions:
     targets: tuple[str, ...] = HW_TARGETS
     scaling: bool = True
     kan_grids: tuple[int, ...] = KAN_GRIDS
+    kan_targets: tuple[str, ...] = HW_TARGETS
     mlp_widths: tuple[int, ...] = MLP_WIDTHS
     mlp_targets: tuple[str, ...] = HW_TARGETS  # the MLP sweep's (xcvu9p synthesis of thousands of multipliers is slow)
     big: bool = True
@@ -248,7 +249,7 @@ def scaling_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
     rows = []
     for G in options.kan_grids if options.scaling else ():
         L = _learner("t4", "kan", grid_size=G)
-        for target in options.targets:
+        for target in options.kan_targets:
             progress(f"scaling: T4 KAN [16,1] G={G} on {target}")
             rows.append({"knob": G, **_implement_learner(L, f"kan_g{G}", target, options.work / "scaling",
                                                          progress, "t4", "kan")})
@@ -415,6 +416,8 @@ def add_arguments(p) -> None:
                    help="online: the scaling sweep's KAN grid sizes")
     p.add_argument("--mlp-widths", default=",".join(map(str, MLP_WIDTHS)), metavar="W,W",
                    help="online: the scaling sweep's MLP hidden widths")
+    p.add_argument("--kan-targets", default=",".join(HW_TARGETS), metavar="T,U",
+                   help="online: targets of the KAN scaling sweep (ecp5-85f also adds the >50k-parameter learner)")
     p.add_argument("--mlp-targets", default=",".join(HW_TARGETS), metavar="T,U",
                    help="online: targets of the MLP scaling sweep (xcvu9p synthesis of the wide MLPs takes tens of "
                         "minutes each)")
@@ -426,15 +429,18 @@ def options_from_args(args) -> OnlineBenchOptions:
     if unknown:
         raise BitforgeError(f"--online-parts: unknown section(s) {sorted(unknown)}; expected accuracy, t5, hardware, "
                             "scaling")
-    targets = tuple(t.strip() for t in args.targets.split(",") if t.strip()) if getattr(args, "targets", None) \
-        else HW_TARGETS
-    # The >50k-parameter learner is an ecp5-85f point: part of 'scaling' only when that target is.
-    big = "big" in parts or ("scaling" in parts and "ecp5-85f" in targets)
+    def target_list(text):
+        return tuple(t.strip() for t in text.split(",") if t.strip())
+
+    targets = target_list(args.targets) if getattr(args, "targets", None) else HW_TARGETS
+    kan_targets = target_list(args.kan_targets)
+    # The >50k-parameter learner is an ecp5-85f point: part of 'scaling' only when the KAN sweep targets it.
+    big = "big" in parts or ("scaling" in parts and "ecp5-85f" in kan_targets)
     return OnlineBenchOptions(work=Path(args.online_work), accuracy="accuracy" in parts, t5="t5" in parts, hardware="hardware" in parts,
                               scaling="scaling" in parts, big=big,
                               kan_grids=tuple(int(v) for v in args.kan_grids.split(",")),
                               mlp_widths=tuple(int(v) for v in args.mlp_widths.split(",")),
-                              mlp_targets=tuple(t.strip() for t in args.mlp_targets.split(",") if t.strip()),
+                              mlp_targets=target_list(args.mlp_targets), kan_targets=kan_targets,
                               targets=targets, t5_episodes=args.t5_episodes)
 
 

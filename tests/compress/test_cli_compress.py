@@ -147,11 +147,14 @@ def test_help_has_examples():
 def test_bench_compress_writes_table_json_and_plot(tiny_folder, tmp_path, capsys):
     model_dir, text = tiny_folder
     js, png = tmp_path / "b.json", tmp_path / "b.png"
-    code, msg = run_cli(capsys, "bench", "compress", "--lm", model_dir, "--methods", "rtn", "--quick", "--text", text,
-                        "--ctx", "16", "--eval-chunks", "2", "--calib-chunks", "2", "--json", js, "--plot", png)
+    code, msg = run_cli(capsys, "bench", "compress", "--lm", model_dir, "--methods", "rtn,neuqi", "--quick", "--text",
+                        text, "--ctx", "16", "--eval-chunks", "2", "--calib-chunks", "2", "--json", js, "--plot", png)
     assert code == 0, msg
     doc = json.loads(js.read_text())
-    assert [r["label"] for r in doc["rows"]] == ["base (as loaded)", "rtn W3 g64"]
+    assert [r["label"] for r in doc["rows"]] == ["base (as loaded)", "rtn W3 g64", "neuqi W3 g64"]
+    # the targets as ratios of this run's rows
+    (line,) = doc["comparisons"]
+    assert line.startswith("neuqi W3 g64 vs rtn W3 g64: perplexity") and "method time" in line and line in msg
     for row in doc["rows"]:
         assert {"method", "bits", "group", "rank", "bpw", "ppl", "seconds"} <= set(row)
         assert row["ppl"] > 1

@@ -205,6 +205,23 @@ def table(result: BenchResult):
     return t
 
 
+def comparisons(result: BenchResult) -> list[str]:
+    """The issue's targets as ratios of rows of this run: NeUQI vs RTN (perplexity and method time), SRR vs QERA at
+    equal bits and rank, OSAQ vs its quantizer alone."""
+    by = {(r.method, r.bits, r.group, r.rank): r for r in result.rows if r.ppl is not None}
+    out = []
+    for (m, b, g, k), r in sorted(by.items(), key=lambda kv: str(kv[0])):
+        base = {"neuqi": "rtn", "srr": "qera", "osaq+rtn": "rtn", "osaq+gptq": "gptq"}.get(m)
+        other = by.get((base, b, g, k)) if base else None
+        if other is None:
+            continue
+        line = f"{r.label} vs {other.label}: perplexity {r.ppl:,.2f} vs {other.ppl:,.2f} ({other.ppl / r.ppl:.2f}x lower)"
+        if m == "neuqi" and other.seconds > 0:
+            line += f"; method time {r.seconds:.1f} s vs {other.seconds:.1f} s ({r.seconds / other.seconds:.0f}x)"
+        out.append(line)
+    return out
+
+
 def _fmt_ppl(p: float | None) -> str:
     if p is None:
         return "-"
@@ -215,7 +232,7 @@ def write_json(result: BenchResult, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {"benchmark": "compress", "model": result.model, "text": result.text, "statistics": result.statistics,
            "load_seconds": round(result.load_seconds, 2), "notes": result.notes,
-           "rows": [asdict(r) for r in result.rows]}
+           "rows": [asdict(r) for r in result.rows], "comparisons": comparisons(result)}
     path.write_text(json.dumps(doc, indent=1) + "\n")
 
 

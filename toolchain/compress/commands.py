@@ -291,7 +291,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from .bench import BenchOptions, run, table, write_json, write_plot
+    from .bench import BenchOptions, comparisons, run, table, write_json, write_plot
 
     _check_text_arg(args.text)
     opts = BenchOptions(model=args.lm, methods=tuple(m for m in (args.methods or "").split(",") if m),
@@ -300,6 +300,8 @@ def run_bench(args: argparse.Namespace) -> int:
     result = run(opts, log=_log, progress_factory=block_progress)
     # A log file gets the table at its natural width rather than wrapped into 80 columns.
     (out_console if out_console.is_terminal else Console(highlight=False, width=160)).print(table(result))
+    for line in comparisons(result):
+        out_console.print(escape(line), soft_wrap=True)
     for note in result.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", soft_wrap=True)
     if args.json:

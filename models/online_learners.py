@@ -351,6 +351,43 @@ class A2CResult:
     steps: int
 
 
+class EpisodeLog:
+    """Episode returns of R runs stepped together (CartPole's reward 1 per step) and when each run stops: solved
+    (a ``window``-episode mean >= ``target``) or out of episodes; all stop at ``max_steps`` environment steps.
+    ``active`` is the live mask a learner multiplies its updates with (updated in place)."""
+
+    def __init__(self, config: A2CConfig, runs: int, on_episode: Callable[[int, int, float], None] | None = None):
+        self.config, self.on_episode = config, on_episode
+        self.returns: list[list[float]] = [[] for _ in range(runs)]
+        self.solved: list[int | None] = [None] * runs
+        self.ep_return = np.zeros(runs)
+        self.active = np.ones(runs, dtype=bool)
+        self.steps = 0
+
+    def running(self) -> bool:
+        return bool(self.active.any()) and self.steps < self.config.max_steps
+
+    def step(self, done: np.ndarray) -> None:
+        """One environment step of every run; ``done`` marks the runs whose episode ended with it."""
+        cfg = self.config
+        self.steps += 1
+        self.ep_return += 1.0
+        for r in np.flatnonzero(done):
+            if self.active[r]:
+                ret = self.returns[r]
+                ret.append(float(self.ep_return[r]))
+                if self.on_episode is not None:
+                    self.on_episode(int(r), len(ret), float(self.ep_return[r]))
+                if len(ret) >= cfg.window and np.mean(ret[-cfg.window:]) >= cfg.target:
+                    self.solved[r], self.active[r] = len(ret), False
+                elif len(ret) >= cfg.max_episodes:
+                    self.active[r] = False
+            self.ep_return[r] = 0.0
+
+    def result(self) -> A2CResult:
+        return A2CResult(tuple(tuple(r) for r in self.returns), tuple(self.solved), self.steps)
+
+
 def a2c_loss(out: torch.Tensor, action: torch.Tensor, v_next: torch.Tensor, terminated: torch.Tensor,
              config: A2CConfig) -> torch.Tensor:
     """Per-run loss ``(R,)`` of one transition (reward ``config.reward``); ``out`` = (logit_0, logit_1, V(s)) ``(R, 3)``.
@@ -390,12 +427,8 @@ def _run_a2c(config: A2CConfig, seeds: Sequence[int], etas: Sequence[float] | No
     pick = np.random.default_rng((int(seeds[0]), 0xA2C))
     scale = torch.tensor(CARTPOLE_OBS_SCALE, dtype=learner.dtype)
     state = env.state.copy()
-    returns: list[list[float]] = [[] for _ in range(runs)]
-    solved: list[int | None] = [None] * runs
-    ep_return = np.zeros(runs)
-    active = np.ones(runs, dtype=bool)
-    steps = 0
-    while active.any() and steps < config.max_steps:
+    log = EpisodeLog(config, runs, on_episode)
+    while log.running():
         action_u = pick.random(runs)
         out = learner.forward(torch.tensor(state, dtype=learner.dtype) / scale)
         p_right = torch.softmax(out[:, :2].detach(), dim=1)[:, 1].numpy()
@@ -403,27 +436,12 @@ def _run_a2c(config: A2CConfig, seeds: Sequence[int], etas: Sequence[float] | No
         nxt, _, term, trunc = env.step(action)
         with torch.no_grad():
             v_next = learner.forward(torch.tensor(nxt, dtype=learner.dtype) / scale)[:, 2]
-        live = torch.tensor(active, dtype=learner.dtype)
+        live = torch.tensor(log.active, dtype=learner.dtype)
         loss = a2c_loss(out, torch.from_numpy(action), v_next, torch.tensor(term, dtype=learner.dtype), config)
         learner.apply_gradient(torch.autograd.grad((live * loss).sum(), learner.params))
-        steps += 1
-        ep_return += 1.0
-        done = term | trunc
-        state = nxt
-        for r in np.flatnonzero(done):
-            if active[r]:
-                returns[r].append(float(ep_return[r]))
-                if on_episode is not None:
-                    on_episode(int(r), len(returns[r]), float(ep_return[r]))
-                recent = returns[r][-config.window:]
-                if len(recent) == config.window and np.mean(recent) >= config.target:
-                    solved[r], active[r] = len(returns[r]), False
-                elif len(returns[r]) >= config.max_episodes:
-                    active[r] = False
-            ep_return[r] = 0.0
-        if done.any():
-            state = env.reset(done)
-    return A2CResult(tuple(tuple(r) for r in returns), tuple(solved), steps)
+        log.step(term | trunc)
+        state = env.reset(term | trunc) if (term | trunc).any() else nxt
+    return log.result()
 
 
 def _main(argv: Sequence[str] | None = None) -> None:

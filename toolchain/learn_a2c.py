@@ -76,7 +76,7 @@ def run_a2c_fixed(config, datapath: str = "fixed<16,6>", seeds: Sequence[int] = 
     one CartPoleVec seeded by ``seeds[0]``, one action generator, a run stops learning once solved or at
     ``config.max_episodes``."""
     from bitforge.models.cartpole import CartPoleVec
-    from bitforge.models.online_learners import CARTPOLE_OBS_SCALE
+    from bitforge.models.online_learners import CARTPOLE_OBS_SCALE, EpisodeLog
 
     learners = [build_learner(a2c_spec(config, datapath, guard_bits, rounding, s)) for s in seeds]
     st = emulate_learn.Stepper(learners)
@@ -102,12 +102,8 @@ def run_a2c_fixed(config, datapath: str = "fixed<16,6>", seeds: Sequence[int] = 
         return fixed.quantize(np.clip(state / scale, f.input.min_value, f.input.max_value), f.input)
 
     state = env.state.copy()
-    returns: list[list[float]] = [[] for _ in range(R)]
-    solved: list[Optional[int]] = [None] * R
-    ep_return = np.zeros(R)
-    active = np.ones(R, dtype=bool)
-    steps = 0
-    while active.any() and steps < config.max_steps:
+    log = EpisodeLog(config, R, on_episode)
+    while log.running():
         x = codes(state)
         out = st.predict(x)
         diff = out[:, 1] - out[:, 0]
@@ -125,25 +121,11 @@ def run_a2c_fixed(config, datapath: str = "fixed<16,6>", seeds: Sequence[int] = 
         adv = ((p - (action << P_BITS)) * delta + (1 << P_BITS)) >> (P_BITS + 1)
         target = np.stack([fixed.requantize(out[:, 0] + adv, wide, dp), fixed.requantize(out[:, 1] - adv, wide, dp),
                            t_v], axis=1)
-        st.step(x, target, active)
-        steps += 1
-        ep_return += 1.0
-        done = term | trunc
-        state = nxt
-        for r in np.flatnonzero(done):
-            if active[r]:
-                returns[r].append(float(ep_return[r]))
-                if on_episode is not None:
-                    on_episode(int(r), len(returns[r]), float(ep_return[r]))
-                recent = returns[r][-config.window:]
-                if len(recent) == config.window and np.mean(recent) >= config.target:
-                    solved[r], active[r] = len(returns[r]), False
-                elif len(returns[r]) >= config.max_episodes:
-                    active[r] = False
-            ep_return[r] = 0.0
-        if done.any():
-            state = env.reset(done)
-    return A2CFixedResult(tuple(tuple(r) for r in returns), tuple(solved), steps, datapath)
+        st.step(x, target, log.active)
+        log.step(term | trunc)
+        state = env.reset(term | trunc) if (term | trunc).any() else nxt
+    r = log.result()
+    return A2CFixedResult(r.returns, r.solved_at, r.steps, datapath)
 
 
 __all__ = ["A2CFixedResult", "a2c_spec", "gamma_shift", "run_a2c_fixed", "sigmoid_table"]

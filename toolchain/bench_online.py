@@ -280,7 +280,7 @@ def scaling_plot(rows: list[dict], path: Path, target: str = "xcvu9p") -> Option
     import matplotlib.pyplot as plt
 
     ok = [r for r in rows if r.get("status") == "ok" and not r.get("big")]
-    if not ok:
+    if not ok and not any(r.get("big") and r.get("status") == "ok" for r in rows):
         return None
     fig, axes = plt.subplots(1, 6, figsize=(24, 4))
     for ax, key in zip(axes[:5], ("lut", "lutram", "ff", "dsp", "bram")):
@@ -290,6 +290,7 @@ def scaling_plot(rows: list[dict], path: Path, target: str = "xcvu9p") -> Option
             if pts:
                 ax.plot(*zip(*pts), marker, label=model.upper())
         ax.set_xscale("log")
+        ax.set_ylim(bottom=0)  # from zero: "flat" must look flat, not be magnified
         ax.set_title({"lut": "logic LUT", "lutram": "LUTRAM cells"}.get(key, key.upper()) + f" ({target})")
         ax.set_xlabel("parameters")
         ax.legend()
@@ -299,6 +300,10 @@ def scaling_plot(rows: list[dict], path: Path, target: str = "xcvu9p") -> Option
                      if r["model"] == model and r["target"] == "ecp5-85f" and r.get("latency_ns"))
         if pts:
             ax.plot(*zip(*pts), marker, label=model.upper())
+    big = [r for r in rows if r.get("big") and r.get("status") == "ok" and r.get("latency_ns")]
+    for r in big:  # the >50k-parameter learner, on its own: it has other formats and grid than the sweep
+        ax.plot([r["parameters"]], [r["latency_ns"]], "k*", ms=12, label=f"KAN G={r['knob']} ({r['parameters']:,})")
+    ax.axhline(1000.0, color="grey", ls=":", lw=1)
     ax.set_xscale("log")
     ax.set_title("step latency, ns (ecp5-85f, post-route)")
     ax.set_xlabel("parameters")

@@ -10,6 +10,8 @@ from bitforge.toolchain.bench_online import (
     accuracy_rows,
     kan_flatness,
     markdown,
+    merge_results,
+    read_results,
     options_from_args,
 )
 from bitforge.toolchain.cli import build_parser, main
@@ -137,3 +139,23 @@ def test_learn_t1_mlp_on_ecp5_is_time_multiplexed_to_fit(tmp_path):
     assert report["verification"]["golden_vs_rtl"]["icarus"]["mismatches"] == 0
     r = report["targets"]["ecp5-85f"]
     assert r["status"] == "ok" and r["dsp"] <= 156 and r["bitstream"]
+
+
+def test_bench_online_merges_earlier_runs_section_by_section():
+    sweep = OnlineBenchResult(scaling=[_hw("kan", 144, 1000), _hw("kan", 240, 1010)], command="bitforge sweep")
+    big = OnlineBenchResult(scaling=[_hw("kan", 65536, 9999, target="ecp5-85f", big=True)], command="bitforge big")
+    now = OnlineBenchResult(scaling=[_hw("kan", 240, 1020)], command="bitforge now")  # measured again: replaces
+    res = merge_results([sweep, big], now)
+    assert sorted((r["params"], r["target"], r["lut"]) for r in res.scaling) == [
+        (144, "xcvu9p", 1000), (240, "xcvu9p", 1020), (65536, "ecp5-85f", 9999)]
+    assert res.sources == {"scaling": ["bitforge sweep", "bitforge big", "bitforge now"]}
+    assert "`bitforge sweep`; `bitforge big`; `bitforge now`" in markdown(res, "bitforge now", {})
+
+
+def test_bench_online_merge_refuses_what_is_not_its_json(tmp_path):
+    with pytest.raises(BitforgeError, match="nope.json: cannot read it as JSON"):
+        read_results(str(tmp_path / "nope.json"))
+    (tmp_path / "other.json").write_text('{"rows": []}')
+    with pytest.raises(BitforgeError, match="not a 'bitforge bench online --json' result"):
+        read_results(str(tmp_path / "other.json"))
+

@@ -21,7 +21,7 @@ import statistics
 import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -77,9 +77,41 @@ class OnlineBenchResult:
     scaling: list[dict] = field(default_factory=list)
     plots: list[str] = field(default_factory=list)
     options: dict = field(default_factory=dict)
+    command: str = ""
+    sources: dict = field(default_factory=dict)  # section -> the commands whose rows it holds
 
     def to_json(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "OnlineBenchResult":
+        return cls(**{k: doc[k] for k in ("accuracy", "t5", "hardware", "scaling", "options", "command", "sources")
+                      if k in doc})
+
+
+#: What makes two rows of a section the same measurement (a later run's row replaces an earlier one's).
+ROW_KEYS = {"accuracy": ("task", "model", "datapath", "rounding"), "t5": ("model", "format", "seed"),
+            "hardware": ("design", "target"), "scaling": ("design", "target")}
+
+
+def merge_results(earlier: list[OnlineBenchResult], res: OnlineBenchResult) -> OnlineBenchResult:
+    """``res`` with the rows of earlier runs (``--online-merge``) added section by section; a row measured again
+    in a later run replaces the earlier one. ``sources`` records which commands each section's rows came from."""
+    for section, keys in ROW_KEYS.items():
+        rows: dict[tuple, dict] = {}
+        sources: list[str] = []
+        for part in [*earlier, res]:
+            part_rows = getattr(part, section)
+            for r in part_rows:
+                rows[tuple(str(r.get(k)) for k in keys)] = r
+            if part_rows:
+                for c in (part.sources.get(section) or [part.command or "?"]):
+                    if c not in sources:
+                        sources.append(c)
+        setattr(res, section, list(rows.values()))
+        if sources:
+            res.sources[section] = sources
+    return res
 
 
 # -- accuracy ---------------------------------------------------------------------------------------------
@@ -344,9 +376,13 @@ def accuracy_plot(rows: list[dict], path: Path) -> Optional[Path]:
 
 # -- run, table, CLI --------------------------------------------------------------------------------------
 
-def run_bench(options: OnlineBenchOptions, progress: Progress = lambda m: None) -> OnlineBenchResult:
+def run_bench(options: OnlineBenchOptions, progress: Progress = lambda m: None, command: str = "",
+              earlier: Sequence[OnlineBenchResult] = ()) -> OnlineBenchResult:
+    """Run the selected sections; ``earlier`` results (see :func:`merge_results`) fill in the rest before the
+    plots are drawn."""
     options.work.mkdir(parents=True, exist_ok=True)
-    res = OnlineBenchResult(options={k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()})
+    res = OnlineBenchResult(options={k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()},
+                            command=command)
     if options.accuracy:
         res.accuracy = accuracy_rows(options, progress)
     if options.t5:
@@ -355,6 +391,7 @@ def run_bench(options: OnlineBenchOptions, progress: Progress = lambda m: None) 
         res.hardware = hardware_rows(options, progress)
     if options.scaling or options.big:
         res.scaling = scaling_rows(options, progress)
+    merge_results(list(earlier), res)
     for p in (accuracy_plot(res.accuracy, options.work / "accuracy.png"),
               scaling_plot(res.scaling, options.work / "scaling.png")):
         if p is not None:
@@ -412,9 +449,12 @@ def add_arguments(p) -> None:
                    help="online: folder for the designs, flow caches and PNGs (default out/bench-online)")
     p.add_argument("--online-parts", default="accuracy,t5,hardware,scaling", metavar="A,B",
                    help="online: which sections to run (default all: accuracy,t5,hardware,scaling; 'big' is the "
-                        "scaling section's >50k-parameter learner alone)")
+                        "scaling section's >50k-parameter learner alone; 'none' with --online-merge only redraws)")
     p.add_argument("--online-docs", default=None, metavar="DIR",
                    help="online: also write DIR/bench-online.md (the tables) with the plots in DIR/img/ (e.g. docs)")
+    p.add_argument("--online-merge", default="", metavar="JSON,JSON",
+                   help="online: add the rows of earlier runs' --json files to the sections (a row measured again "
+                        "replaces the earlier one), then draw the plots and tables of the whole")
     p.add_argument("--t5-episodes", type=int, default=3000, metavar="N",
                    help="online: T5's episode cap per run (default 3000; each run stops once solved)")
     p.add_argument("--kan-grids", default=",".join(map(str, KAN_GRIDS)), metavar="G,G",
@@ -430,7 +470,7 @@ def add_arguments(p) -> None:
 
 def options_from_args(args) -> OnlineBenchOptions:
     parts = {p.strip() for p in args.online_parts.split(",") if p.strip()}
-    unknown = parts - {"accuracy", "t5", "hardware", "scaling", "big"}
+    unknown = parts - {"accuracy", "t5", "hardware", "scaling", "big", "none"}
     if unknown:
         raise BitforgeError(f"--online-parts: unknown section(s) {sorted(unknown)}; expected accuracy, t5, hardware, "
                             "scaling")
@@ -447,6 +487,23 @@ def options_from_args(args) -> OnlineBenchOptions:
                               mlp_widths=tuple(int(v) for v in args.mlp_widths.split(",")),
                               mlp_targets=target_list(args.mlp_targets), kan_targets=kan_targets,
                               targets=targets, t5_episodes=args.t5_episodes)
+
+
+def read_results(spec: str) -> list[OnlineBenchResult]:
+    """The results named by ``--online-merge`` (comma-separated JSON files of ``bench online --json``)."""
+    out = []
+    for name in (n.strip() for n in spec.split(",") if n.strip()):
+        path = Path(name)
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise BitforgeError(f"--online-merge {name}: cannot read it as JSON ({e}); give files written by "
+                                "bitforge bench online --json") from None
+        if not isinstance(doc, dict) or not {"accuracy", "hardware", "scaling"} <= set(doc):
+            raise BitforgeError(f"--online-merge {name}: not a 'bitforge bench online --json' result (no accuracy/"
+                                "hardware/scaling sections)")
+        out.append(OnlineBenchResult.from_json(doc))
+    return out
 
 
 def write_json(res: OnlineBenchResult, path: Path) -> None:
@@ -472,12 +529,18 @@ def kan_flatness(rows: list[dict]) -> dict[str, float]:
 def markdown(res: OnlineBenchResult, command: str, images: dict[str, str]) -> str:
     """The benchmark as a markdown page (``--online-docs``): the same tables as the console, the plots."""
     lines = ["# Online learners: benchmark", "",
-             f"Regenerate: `{command}` (flow caches under the work folder make the hardware rows instant on a "
-             "rerun). Numbers below are from that command's last run.", ""]
+             f"Written by `{command}` (flow caches under the work folder make the hardware rows instant on a "
+             "rerun).", ""]
+    merged = {k: v for k, v in res.sources.items() if v != [command]}
+    if merged:
+        lines += ["Rows by section, from these runs (`--online-merge` took them from their JSON):", ""]
+        lines += [f"* {section}: " + "; ".join(f"`{c}`" for c in cmds) for section, cmds in res.sources.items()]
+        lines.append("")
     if res.accuracy:
         lines += ["## Accuracy (prequential, mean over task seeds; score: T1/T2 MSE, T4 error rate)", ""]
         lines += _md_table(["task", "model", "format", "params", "mean MSE", "score", "x float", "T1 steady MSE"],
-                           [[r["task"], r["model"], r["format"], f"{r['params']:,}", f"{r['mean_mse']:.5f}",
+                           [[r["task"], r["model"], r.get("format") or r["datapath"], _n(r.get("params")),
+                             f"{r['mean_mse']:.5f}",
                              f"{r['score']:.5f}", f"{r['mse_vs_float']:.2f}",
                              " / ".join(f"{v:.5f}" for v in r.get("steady_mse", [])) or "-"] for r in res.accuracy])
     if res.t5:
@@ -525,4 +588,4 @@ def write_docs(res: OnlineBenchResult, folder: Path, command: str) -> Path:
     return page
 
 
-__all__ = ["OnlineBenchOptions", "OnlineBenchResult", "markdown", "run_bench", "tables", "write_docs", "write_json"]
+__all__ = ["OnlineBenchOptions", "OnlineBenchResult", "markdown", "merge_results", "run_bench", "tables", "write_docs", "write_json"]

@@ -159,9 +159,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from .compress.commands import run_bench as run_bench_compress
         return run_bench_compress(args)
     if args.suite == "online":
-        from .bench_online import options_from_args as online_options, run_bench as run_online, tables, \
-            write_json as write_online_json
-        result = run_online(online_options(args), progress=_progress)
+        from .bench_online import options_from_args as online_options, read_results, run_bench as run_online, \
+            tables, write_json as write_online_json
+        command = "bitforge " + shlex.join(sys.argv[1:])
+        result = run_online(online_options(args), progress=_progress, command=command,
+                            earlier=read_results(args.online_merge))
         (out_console if out_console.is_terminal else Console(highlight=False, width=140)).print(tables(result))
         for plot in result.plots:
             out_console.print(f"wrote {plot}")
@@ -170,7 +172,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             out_console.print(f"wrote {args.json}")
         if args.online_docs:
             from .bench_online import write_docs
-            page = write_docs(result, Path(args.online_docs), "bitforge " + shlex.join(sys.argv[1:]))
+            page = write_docs(result, Path(args.online_docs), command)
             out_console.print(f"wrote {page}")
         return 0
     from .bench import bench_emulate, write_json

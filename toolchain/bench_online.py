@@ -271,7 +271,8 @@ def hardware_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]
             L = _learner(task, model)
             for target in options.targets:
                 progress(f"hardware: {task} {model} {list(L.spec.sizes)} on {target}")
-                rows.append(_implement_learner(L, f"{task}_{model}", target, options.work / "hw", progress, task, model))
+                rows.append(_implement_learner(L, f"{task}_{model}", target, options.work / "hw", progress, task,
+                                               model))
     return rows
 
 
@@ -437,9 +438,9 @@ def tables(res: OnlineBenchResult):
             t.add_column(c, justify="left" if c in ("design", "target", "status") else "right", no_wrap=True)
         for r in rows:
             t.add_row(r["design"], r["target"], _n(r.get("parameters")), _n(r.get("lut")), _n(r.get("lutram")),
-                      _n(r.get("ff")),
-                      _n(r.get("dsp")), _n(r.get("bram")), _n(r.get("fmax_mhz"), "{:.1f}"), _n(r.get("latency_cycles")),
-                      _n(r.get("latency_ns"), "{:.1f}"), _n(r.get("ii")), r.get("status", ""))
+                      _n(r.get("ff")), _n(r.get("dsp")), _n(r.get("bram")), _n(r.get("fmax_mhz"), "{:.1f}"),
+                      _n(r.get("latency_cycles")), _n(r.get("latency_ns"), "{:.1f}"), _n(r.get("ii")),
+                      r.get("status", ""))
         parts.append(t)
     return Group(*parts)
 
@@ -473,7 +474,8 @@ def options_from_args(args) -> OnlineBenchOptions:
     unknown = parts - {"accuracy", "t5", "hardware", "scaling", "big", "none"}
     if unknown:
         raise BitforgeError(f"--online-parts: unknown section(s) {sorted(unknown)}; expected accuracy, t5, hardware, "
-                            "scaling")
+                            "scaling, big or none")
+
     def target_list(text):
         return tuple(t.strip() for t in text.split(",") if t.strip())
 

@@ -45,9 +45,12 @@ PUBLIC_T1 = {"design": "public HLS KAN [1,1] G=5 (T1)", "target": "UltraScale+ (
              "latency_cycles": 11, "latency_ns": 55.0, "ii": 12, "lut": 2695, "dsp": 9}
 #: The scaling sweep's large learner: KAN [16, 1] with G = 4093 cells of 2**-11 on [-1, 0.9985) (the cell index
 #: is a bit slice; 4096 coefficients per edge fill 1024-word banks exactly), 65,536 coefficients. Its inputs
-#: are fixed<16,2> so that a cell spans 8 input LSBs (3 u bits), the datapath fixed<16,4>.
+#: are fixed<16,2> so that a cell spans 8 input LSBs (3 u bits); datapath fixed<14,2> (T4's targets are +-1) with
+#: 4 guard bits: 18-bit coefficients, one 1k x 18 block RAM per bank (64 in all). With <16,4> and 8 guard bits
+#: (24-bit words, 128 block RAMs next to 128 of the 156 multipliers) router2 stalled at ~6,000 overused wires
+#: after 40 minutes.
 BIG_KAN = {"sizes": (16, 1), "grid_size": 4093, "grid_range": (-1.0, -1.0 + 4093 / 2048), "input": "fixed<16,2>",
-           "datapath": "fixed<16,4>"}
+           "datapath": "fixed<14,2>", "guard_bits": 4}
 
 
 @dataclass
@@ -287,7 +290,7 @@ def scaling_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
             rows.append({"knob": G, **_implement_learner(L, f"kan_g{G}", target, options.work / "scaling",
                                                          progress, "t4", "kan")})
     if options.big:
-        fm = LearnerFormats.make(BIG_KAN["datapath"], guard_bits=8, input=BIG_KAN["input"])
+        fm = LearnerFormats.make(BIG_KAN["datapath"], guard_bits=BIG_KAN["guard_bits"], input=BIG_KAN["input"])
         L = _learner("t4", "kan", grid_size=BIG_KAN["grid_size"], sizes=BIG_KAN["sizes"], formats=fm,
                      grid_range=BIG_KAN["grid_range"])
         progress(f"scaling: T4 KAN {list(L.spec.sizes)} G={BIG_KAN['grid_size']} "

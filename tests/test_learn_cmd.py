@@ -101,10 +101,12 @@ def _hw(model, params, lut, target="xcvu9p", **kw):
 def test_bench_online_markdown_has_the_tables_and_the_kan_flatness():
     res = OnlineBenchResult(scaling=[_hw("kan", 144, 1000), _hw("kan", 3120, 1080), _hw("mlp", 289, 5000),
                                      _hw("kan", 65536, 9999, target="ecp5-85f", big=True)])
-    assert kan_flatness(res.scaling) == {"xcvu9p": 1.08}  # the big learner is not part of the sweep
+    assert kan_flatness(res.scaling) == {"xcvu9p": (1.08, 1.08)}  # the big learner is not part of the sweep
+    shrinking = [_hw("kan", 144, 1000), _hw("kan", 240, 1050), _hw("kan", 432, 800)]
+    assert kan_flatness(shrinking) == {"xcvu9p": (1.05, 0.8)}
     page = markdown(res, "bitforge bench online --online-docs docs", {"scaling": "img/online-scaling.png"})
     assert "`bitforge bench online --online-docs docs`" in page and "| kan144 | xcvu9p | 144 | 1,000 | - |" in page
-    assert "xcvu9p 1.080x" in page and "![scaling](img/online-scaling.png)" in page
+    assert "xcvu9p: largest 1.080x, largest G 1.080x" in page and "![scaling](img/online-scaling.png)" in page
 
 
 def test_bench_online_sections_are_checked():

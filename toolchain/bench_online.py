@@ -15,6 +15,7 @@ Designs are generated into ``--work``; the flows' content-hashed caches make a r
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import statistics
@@ -70,6 +71,7 @@ class OnlineBenchOptions:
     mlp_widths: tuple[int, ...] = MLP_WIDTHS
     mlp_targets: tuple[str, ...] = HW_TARGETS  # the MLP sweep's (xcvu9p synthesis of thousands of multipliers is slow)
     big: bool = True
+    cached_flows: bool = False  # reuse finished flows only; a design whose flow has not run is listed "not run"
 
 
 @dataclass
@@ -212,7 +214,8 @@ def t5_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
 # -- hardware ---------------------------------------------------------------------------------------------
 
 def _implement_learner(learner, name: str, target: str, work: Path, progress: Progress, task: str = "t4",
-                       model: str = "kan") -> dict:
+                       model: str = "kan", cached_flows: bool = False) -> dict:
+    from .flows.cache import StageNotCached, cached_only
     from .flows.implement import TimingWarning, implement
     from .flows.targets import DoesNotFit, get_target
     from .learn_cmd import hardware_row, learner_pnr_options
@@ -241,12 +244,15 @@ def _implement_learner(learner, name: str, target: str, work: Path, progress: Pr
                    f"{dsp:,} DSP blocks of {target} (checked before synthesis)")
         return row
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), (cached_only() if cached_flows else contextlib.nullcontext()):
             warnings.simplefilter("ignore", TimingWarning)
             pnr = learner_pnr_options()  # recorded in the row
             r = implement(out, target, progress=progress, pnr_options=pnr)
     except DoesNotFit as e:
         row.update(status="does-not-fit", note=str(e).split(". Try")[0])
+        return row
+    except StageNotCached as e:
+        row.update(status="not run", note=f"{e} (--cached-flows)")
         return row
     row.update({k: r.get(k) for k in ("lut", "ff", "dsp", "bram", "fmax_mhz", "latency_ns", "bitstream")})
     cells = (r.get("synthesis") or {}).get("cells", {})
@@ -275,7 +281,7 @@ def hardware_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]
             for target in options.targets:
                 progress(f"hardware: {task} {model} {list(L.spec.sizes)} on {target}")
                 rows.append(_implement_learner(L, f"{task}_{model}", target, options.work / "hw", progress, task,
-                                               model))
+                                               model, options.cached_flows))
     return rows
 
 
@@ -288,7 +294,7 @@ def scaling_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
         for target in options.kan_targets:
             progress(f"scaling: T4 KAN [16,1] G={G} on {target}")
             rows.append({"knob": G, **_implement_learner(L, f"kan_g{G}", target, options.work / "scaling",
-                                                         progress, "t4", "kan")})
+                                                         progress, "t4", "kan", options.cached_flows)})
     if options.big:
         fm = LearnerFormats.make(BIG_KAN["datapath"], guard_bits=BIG_KAN["guard_bits"], input=BIG_KAN["input"])
         L = _learner("t4", "kan", grid_size=BIG_KAN["grid_size"], sizes=BIG_KAN["sizes"], formats=fm,
@@ -297,13 +303,13 @@ def scaling_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
                  f"({int(L.layers()[0].coeffs.size):,} parameters) on ecp5-85f")
         rows.append({"knob": BIG_KAN["grid_size"], "big": True,
                      **_implement_learner(L, f"kan_g{BIG_KAN['grid_size']}", "ecp5-85f", options.work / "scaling",
-                                          progress, "t4", "kan")})
+                                          progress, "t4", "kan", options.cached_flows)})
     for W in options.mlp_widths if options.scaling else ():
         L = _learner("t4", "mlp", sizes=(16, W, 1))
         for target in options.mlp_targets:
             progress(f"scaling: T4 MLP [16,{W},1] on {target}")
             rows.append({"knob": W, **_implement_learner(L, f"mlp_w{W}", target, options.work / "scaling",
-                                                         progress, "t4", "mlp")})
+                                                         progress, "t4", "mlp", options.cached_flows)})
     return rows
 
 
@@ -459,6 +465,9 @@ def add_arguments(p) -> None:
     p.add_argument("--online-merge", default="", metavar="JSON,JSON",
                    help="online: add the rows of earlier runs' --json files to the sections (a row measured again "
                         "replaces the earlier one), then draw the plots and tables of the whole")
+    p.add_argument("--cached-flows", action="store_true",
+                   help="online: only reuse finished flows (their caches under the work folder); a design whose "
+                        "flow has not run yet is listed as 'not run' instead of started (to redraw the tables)")
     p.add_argument("--t5-episodes", type=int, default=3000, metavar="N",
                    help="online: T5's episode cap per run (default 3000; each run stops once solved)")
     p.add_argument("--kan-grids", default=",".join(map(str, KAN_GRIDS)), metavar="G,G",
@@ -491,7 +500,7 @@ def options_from_args(args) -> OnlineBenchOptions:
                               kan_grids=tuple(int(v) for v in args.kan_grids.split(",")),
                               mlp_widths=tuple(int(v) for v in args.mlp_widths.split(",")),
                               mlp_targets=target_list(args.mlp_targets), kan_targets=kan_targets,
-                              targets=targets, t5_episodes=args.t5_episodes)
+                              targets=targets, t5_episodes=args.t5_episodes, cached_flows=args.cached_flows)
 
 
 def read_results(spec: str) -> list[OnlineBenchResult]:

@@ -8,6 +8,8 @@ stage succeeded, so a failed or interrupted stage is never reused.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import json
 import os
@@ -101,6 +103,24 @@ class StageRun:
                 "command": self.command, "log": self.log}
 
 
+class StageNotCached(RuntimeError):
+    """Raised inside :func:`cached_only` when a stage would have to run its tool."""
+
+
+_CACHED_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("bitforge_cached_only", default=False)
+
+
+@contextlib.contextmanager
+def cached_only():
+    """Within this block stages only reuse records; one that would run its tool raises :class:`StageNotCached`
+    (redrawing a benchmark's tables from finished flows without starting the missing ones)."""
+    token = _CACHED_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _CACHED_ONLY.reset(token)
+
+
 def run_stage(cache: StageCache, stage: str, key: str, execute: Callable[[], tuple[list[str], dict, float]], *,
               command: str, log: str, label: str, progress: Callable[[str], None]) -> tuple[dict, StageRun]:
     """Reuse the stage's record when its key and outputs still match; otherwise ``execute()`` it.
@@ -111,6 +131,8 @@ def run_stage(cache: StageCache, stage: str, key: str, execute: Callable[[], tup
     t0 = time.perf_counter()
     record = cache.lookup(stage, key)
     if record is None:
+        if _CACHED_ONLY.get():
+            raise StageNotCached(f"{label}: no cached result for these inputs")
         cache.forget(stage)
         outputs, result, seconds = execute()
         record = cache.store(stage, key, outputs, result, seconds)

@@ -20,7 +20,7 @@ from typing import Callable, Optional, Sequence
 
 from ..errors import BitforgeError
 from ..report_file import update_report
-from .cache import StageCache, write_atomic
+from .cache import StageCache, StageNotCached, write_atomic
 from .constraints import clock_port, gowin_cst
 from .nextpnr import place_and_route
 from .pack import pack_bitstream
@@ -97,6 +97,8 @@ def implement(out: Path, target: str, *, seed: int = 1, clock_mhz: Optional[floa
     t0 = time.perf_counter()
     try:
         entry = _run_flow(out, work, t, manifest, float(clock), seed, progress, tuple(pnr_options))
+    except StageNotCached:
+        raise  # not a failure of the design: the caller asked for cached stages only
     except Exception as e:
         try:
             _merge_report(out, t.name, _failure(out, work, t, e))

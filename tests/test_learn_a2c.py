@@ -19,6 +19,8 @@ def test_discount_and_reward_must_be_what_the_controller_can_compute():
         run_a2c_fixed(A2CConfig(gamma=0.99, max_episodes=1), "fixed<16,6>")
     with pytest.raises(LearnerError, match="below the datapath's LSB"):
         run_a2c_fixed(A2CConfig(reward=2.0 ** -6, max_episodes=1), "fixed<8,4>")
+    with pytest.raises(LearnerError, match="eta 0.01: .* power of two"):
+        run_a2c_fixed(replace(A2CConfig(max_episodes=1), spec=replace(A2CConfig().spec, eta=0.01)), "fixed<16,6>")
     with pytest.raises(LearnerError, match="critic weight 0.3"):
         run_a2c_fixed(A2CConfig(critic_weight=0.3, max_episodes=1), "fixed<16,6>")
 

@@ -64,6 +64,8 @@ def a2c_spec(config, datapath: str, guard_bits: int = 8, rounding: str = "neares
     """The fixed-point twin of ``config.spec`` (a float :class:`FloatLearnerSpec`) at ``datapath``."""
     ref = config.spec
     lr = round(-math.log2(ref.eta))
+    if 2.0 ** -lr != ref.eta:
+        raise LearnerError(f"A2C eta {ref.eta}: the learner applies it as a right shift, give a power of two")
     formats = LearnerFormats.make(datapath, guard_bits=guard_bits)
     return LearnerSpec(ref.model, ref.sizes, ref.grid_range, ref.grid_size, ref.order, "closed_form", formats,
                        UpdateRule(lr, rounding), seed=seed)

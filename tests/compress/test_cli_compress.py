@@ -164,6 +164,18 @@ def test_bench_compress_writes_table_json_and_plot(tiny_folder, tmp_path, capsys
     assert "bench compress" in msg
 
 
+def test_bench_compress_hands_over_every_row_as_it_finishes(tiny_folder):
+    from bitforge.toolchain.compress.bench import BenchOptions, run
+
+    model_dir, text = tiny_folder
+    seen = []
+    result = run(BenchOptions(model=str(model_dir), methods=("rtn", "neuqi"), quick=True, text=str(text), ctx=16,
+                              eval_chunks=2, calib_chunks=2), log=lambda m: None,
+                 on_row=lambda partial: seen.append([r.label for r in partial.rows]))
+    assert seen == [["base (as loaded)", "rtn W3 g64"], ["base (as loaded)", "rtn W3 g64", "neuqi W3 g64"]]
+    assert len(result.rows) == 3
+
+
 def test_bench_compress_unknown_method_is_refused(capsys):
     code, msg = run_cli(capsys, "bench", "compress", "--methods", "rtn,warp-drive", "--quick")
     assert code == 2 and "unknown warp-drive" in msg

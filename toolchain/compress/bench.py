@@ -114,7 +114,9 @@ class BenchResult:
         return any(r.status.startswith("failed") for r in self.rows)
 
 
-def run(opts: BenchOptions, log=print, progress_factory=None) -> BenchResult:
+def run(opts: BenchOptions, log=print, progress_factory=None, on_row=None) -> BenchResult:
+    """Every setting of the grid on one loaded model; ``on_row(result)`` after each finished row (the CLI rewrites
+    its JSON then, so a run stopped after hours keeps the rows it measured)."""
     from .calibration import TextConfig, prepare_text
     from .driver import StatsCache, restore_weights, snapshot_weights
     from .methods import describe_missing, load_all
@@ -154,6 +156,8 @@ def run(opts: BenchOptions, log=print, progress_factory=None) -> BenchResult:
                 continue
             restore_weights(lm.model, snapshot)
             result.rows.append(_run_setting(lm.model, split, s, opts, cache, log, progress_factory))
+            if on_row is not None:
+                on_row(result)
     finally:
         restore_weights(lm.model, snapshot)
     return result
@@ -233,7 +237,9 @@ def write_json(result: BenchResult, path: Path) -> None:
     doc = {"benchmark": "compress", "model": result.model, "text": result.text, "statistics": result.statistics,
            "load_seconds": round(result.load_seconds, 2), "notes": result.notes,
            "rows": [asdict(r) for r in result.rows], "comparisons": comparisons(result)}
-    path.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(path)  # rewritten after every row: a reader never sees half a file
 
 
 def write_plot(result: BenchResult, path: Path) -> None:

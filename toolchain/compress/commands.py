@@ -297,7 +297,11 @@ def run_bench(args: argparse.Namespace) -> int:
     opts = BenchOptions(model=args.lm, methods=tuple(m for m in (args.methods or "").split(",") if m),
                         quick=args.quick, calib_chunks=args.calib_chunks, eval_chunks=args.eval_chunks,
                         statistics=args.statistics, ctx=args.ctx, text=args.text)
-    result = run(opts, log=_log, progress_factory=block_progress)
+    def save_so_far(partial) -> None:
+        if args.json:
+            write_json(partial, Path(args.json))
+
+    result = run(opts, log=_log, progress_factory=block_progress, on_row=save_so_far)
     # A log file gets the table at its natural width rather than wrapped into 80 columns.
     (out_console if out_console.is_terminal else Console(highlight=False, width=160)).print(table(result))
     for line in comparisons(result):

@@ -162,8 +162,8 @@ def run_learn(opts: LearnOptions, out: Path, progress: Progress = lambda m: None
     float_m = _metrics(task, float_pred, 1.0)
     metrics = {"task": opts.task, "model": opts.model, "samples": len(x), "spec": spec.to_json(),
                "fixed": fixed_m, "float": float_m, "params": learner.n_params,
-               "accuracy": [accuracy_row(opts.task, opts.model, format_label(opts.datapath, opts.rounding), learner.n_params,
-                                         fixed_m),
+               "accuracy": [accuracy_row(opts.task, opts.model, format_label(opts.datapath, opts.rounding),
+                                         learner.n_params, fixed_m),
                             accuracy_row(opts.task, opts.model, "float", learner.n_params, float_m)]}
 
     out = Path(out)

@@ -176,6 +176,38 @@ def test_bench_compress_hands_over_every_row_as_it_finishes(tiny_folder):
     assert len(result.rows) == 3
 
 
+def test_bench_compress_merge_refreshes_a_table_method_by_method(tiny_folder, tmp_path, capsys):
+    model_dir, text = tiny_folder
+    common = ["bench", "compress", "--lm", model_dir, "--quick", *small(text), "--plot", ""]
+    first, second = tmp_path / "first.json", tmp_path / "both.json"
+    assert run_cli(capsys, *common, "--methods", "rtn,neuqi", "--json", first)[0] == 0
+    old = {r["label"]: r for r in json.loads(first.read_text())["rows"]}
+    code, msg = run_cli(capsys, *common, "--methods", "neuqi,nvfp4", "--merge", first, "--json", second)
+    assert code == 0, msg
+    rows = json.loads(second.read_text())["rows"]
+    # the grid's order; rtn kept from the first run (and says so), neuqi measured again, nvfp4 added
+    assert [r["label"] for r in rows] == ["base (as loaded)", "rtn W3 g64", "neuqi W3 g64", "nvfp4"]
+    assert rows[1] == {**old["rtn W3 g64"], "source": str(first)}
+    assert rows[2]["source"] == "" and rows[3]["source"] == ""
+    assert "from" in msg and "this run" in msg
+    # --methods none: only the base row is measured, the table is the earlier run's
+    code, msg = run_cli(capsys, *common, "--methods", "none", "--merge", second, "--json", second)
+    assert code == 0, msg
+    assert [r["label"] for r in json.loads(second.read_text())["rows"]] == [r["label"] for r in rows]
+
+
+def test_bench_compress_merge_refuses_rows_measured_another_way(tiny_folder, tmp_path, capsys):
+    model_dir, text = tiny_folder
+    common = ["bench", "compress", "--lm", model_dir, "--quick", "--plot", ""]
+    first = tmp_path / "first.json"
+    assert run_cli(capsys, *common, *small(text), "--methods", "rtn", "--json", first)[0] == 0
+    code, msg = run_cli(capsys, *common, "--text", text, "--ctx", "16", "--eval-chunks", "3", "--calib-chunks", "2",
+                        "--methods", "none", "--merge", first)
+    assert code == 2 and f"--merge {first}: its text" in msg and "differs" in msg
+    code, msg = run_cli(capsys, *common, *small(text), "--merge", tmp_path / "missing.json")
+    assert code == 2 and "missing.json: no such file" in msg
+
+
 def test_bench_compress_unknown_method_is_refused(capsys):
     code, msg = run_cli(capsys, "bench", "compress", "--methods", "rtn,warp-drive", "--quick")
     assert code == 2 and "unknown warp-drive" in msg

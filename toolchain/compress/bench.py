@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..errors import BitforgeError
@@ -98,6 +98,7 @@ class Row:
     eval_seconds: float = 0.0
     reference_ppl: float | None = None
     status: str = "ok"
+    source: str = ""  # the earlier run's JSON a merged row comes from ("" = measured by this run)
 
 
 @dataclass
@@ -117,18 +118,17 @@ class BenchResult:
 def run(opts: BenchOptions, log=print, progress_factory=None, on_row=None) -> BenchResult:
     """Every setting of the grid on one loaded model; ``on_row(result)`` after each finished row (the CLI rewrites
     its JSON then, so a run stopped after hours keeps the rows it measured)."""
-    from .calibration import TextConfig, prepare_text
+    from .calibration import prepare_text
     from .driver import StatsCache, restore_weights, snapshot_weights
     from .methods import describe_missing, load_all
     from .model_io import load_model, resolve_model
     from .perplexity import perplexity
 
     registry = load_all()
-    unknown = [m for m in opts.methods if m not in registry and m not in {s.method for s in settings()}]
+    unknown = [m for m in opts.methods if m not in registry and m not in {s.method for s in settings()} | {"none"}]
     if unknown:
         raise BitforgeError(f"--methods: unknown {', '.join(unknown)}; registered: {', '.join(sorted(registry))}")
-    calib_chunks = opts.calib_chunks or (QUICK_CALIB_CHUNKS if opts.quick else TextConfig().calib_chunks)
-    text_cfg = TextConfig(text=opts.text, ctx=opts.ctx, eval_chunks=opts.eval_chunks, calib_chunks=calib_chunks)
+    text_cfg = text_config(opts)
     source = resolve_model(opts.model)
 
     lm = load_model(source, log=log)
@@ -161,6 +161,56 @@ def run(opts: BenchOptions, log=print, progress_factory=None, on_row=None) -> Be
     finally:
         restore_weights(lm.model, snapshot)
     return result
+
+
+def measured_labels(opts: BenchOptions) -> set[str]:
+    """The settings a run with these options measures (its grid filtered by ``--methods``)."""
+    return {s.label for s in settings(opts.quick) if not opts.methods or s.method in opts.methods}
+
+
+def text_config(opts: BenchOptions):
+    from .calibration import TextConfig
+
+    calib_chunks = opts.calib_chunks or (QUICK_CALIB_CHUNKS if opts.quick else TextConfig().calib_chunks)
+    return TextConfig(text=opts.text, ctx=opts.ctx, eval_chunks=opts.eval_chunks, calib_chunks=calib_chunks)
+
+
+def check_mergeable(opts: BenchOptions, earlier: dict[str, str]) -> None:
+    """Refuse, before any model is loaded, earlier runs measured another way (see :func:`merge_rows`)."""
+    from .model_io import resolve_model
+
+    mine = BenchResult(resolve_model(opts.model).spec, text_config(opts).to_json(), opts.statistics)
+    merge_rows(mine, earlier)
+
+
+def merge_rows(result: BenchResult, earlier: dict[str, str], skip: set[str] = frozenset()) -> BenchResult:
+    """A copy of ``result`` plus the rows of earlier runs' JSON (``{name: text}``) for settings it neither
+    measured nor will measure (``skip``), in the grid's order. The earlier runs must have used the same model,
+    text, chunks and statistics (else BitforgeError): so the docs' one table can be refreshed method by method,
+    and every merged row names the file it came from (``source``)."""
+    order = {s.label: i for i, s in enumerate(settings())}
+    rows = list(result.rows)
+    have = {r.label for r in rows} | set(skip)
+    names = {f.name for f in fields(Row)}
+    for name, text in earlier.items():
+        try:
+            doc = json.loads(text)
+        except ValueError as e:
+            raise BitforgeError(f"--merge {name}: not a bench compress JSON ({e})") from None
+        for key in ("model", "text", "statistics"):
+            mine = getattr(result, key)
+            if doc.get(key) != mine:
+                raise BitforgeError(f"--merge {name}: its {key} {doc.get(key)!r} differs from this run's {mine!r}; "
+                                    "only rows measured the same way can share a table")
+        for raw in doc.get("rows", []):
+            row = Row(**{k: v for k, v in raw.items() if k in names})
+            if row.method == "base" or row.label in have:
+                continue
+            row.source = row.source or name
+            rows.append(row)
+            have.add(row.label)
+    rows.sort(key=lambda r: -1 if r.method == "base" else order.get(r.label, len(order)))
+    return BenchResult(result.model, result.text, result.statistics, rows, list(result.notes), result.load_seconds)
 
 
 def _reference(method, bits, group, opts: BenchOptions) -> float | None:
@@ -200,12 +250,16 @@ def table(result: BenchResult):
     t = Table(title=f"bench compress: {result.model}, ctx {result.text['ctx']}, {result.text['eval_chunks']} "
                     f"eval chunks, {result.text['calib_chunks']} calibration chunks, {result.statistics} statistics",
               title_justify="left")
-    for col in ("setting", "bpw", "ppl", "reference", "method s", "wall s", "eval s", "status"):
-        t.add_column(col, justify="left" if col in ("setting", "status") else "right", no_wrap=col != "status")
+    merged = any(r.source for r in result.rows)
+    for col in ("setting", "bpw", "ppl", "reference", "method s", "wall s", "eval s", "status") + (
+            ("from",) if merged else ()):
+        t.add_column(col, justify="left" if col in ("setting", "status", "from") else "right",
+                     no_wrap=col != "status")
     for r in result.rows:
         t.add_row(r.label, f"{r.bpw:.3f}" if r.bpw is not None else "-", _fmt_ppl(r.ppl), _fmt_ppl(r.reference_ppl),
                   f"{r.seconds:.1f}", f"{r.wall_seconds:.1f}", f"{r.eval_seconds:.1f}",
-                  r.status if len(r.status) < 60 else r.status[:57] + "...")
+                  r.status if len(r.status) < 60 else r.status[:57] + "...",
+                  *((r.source or "this run",) if merged else ()))
     return t
 
 

@@ -273,7 +273,11 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``bitforge bench compress`` (prefixed 'compress:' in the shared bench help)."""
     p.add_argument("--lm", default="smollm2", metavar="MODEL",
                    help="compress: language model (default smollm2)")
-    p.add_argument("--methods", metavar="A,B", help="compress: only these methods (default: every registered one)")
+    p.add_argument("--methods", metavar="A,B", help="compress: only these methods (default: every registered one; "
+                                                    "'none': only the base row, e.g. to merge earlier runs)")
+    p.add_argument("--merge", metavar="A.json,B.json",
+                   help="compress: add the rows of earlier runs' JSON (same model, text, chunks, statistics) for "
+                        "settings this run does not measure: refresh a table method by method")
     p.add_argument("--quick", action="store_true",
                    help="compress: one setting per method at 3 bits and 4 calibration chunks (minutes, not an hour)")
     p.add_argument("--plot", default=DEFAULT_PLOT, metavar="PNG",
@@ -291,17 +295,28 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from .bench import BenchOptions, comparisons, run, table, write_json, write_plot
+    from .bench import BenchOptions, check_mergeable, comparisons, measured_labels, merge_rows, run, table, write_json, write_plot
 
     _check_text_arg(args.text)
     opts = BenchOptions(model=args.lm, methods=tuple(m for m in (args.methods or "").split(",") if m),
                         quick=args.quick, calib_chunks=args.calib_chunks, eval_chunks=args.eval_chunks,
                         statistics=args.statistics, ctx=args.ctx, text=args.text)
+    merge = [Path(p) for p in (args.merge or "").split(",") if p]
+    for path in merge:
+        if not path.is_file():
+            raise BitforgeError(f"--merge {path}: no such file; give the JSON of an earlier bitforge bench compress run")
+    # Read now: --json may name one of them, and is rewritten after every row.
+    earlier = {str(path): path.read_text() for path in merge}
+    check_mergeable(opts, earlier)
+
+    def merged(partial):
+        return merge_rows(partial, earlier, measured_labels(opts)) if earlier else partial
+
     def save_so_far(partial) -> None:
         if args.json:
-            write_json(partial, Path(args.json))
+            write_json(merged(partial), Path(args.json))
 
-    result = run(opts, log=_log, progress_factory=block_progress, on_row=save_so_far)
+    result = merged(run(opts, log=_log, progress_factory=block_progress, on_row=save_so_far))
     # A log file gets the table at its natural width rather than wrapped into 80 columns.
     (out_console if out_console.is_terminal else Console(highlight=False, width=160)).print(table(result))
     for line in comparisons(result):

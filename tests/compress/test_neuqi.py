@@ -97,7 +97,7 @@ def test_default_search_is_close_to_the_exhaustive_one():
     grid here keeps the exhaustive run short)."""
     W = _heavy_tailed(8, 128, 11)
     h = torch.rand(128, generator=torch.Generator().manual_seed(4)) + 0.1
-    grid = {"T": 512, "coarse": 16, "fine": 15}
+    grid = {"T": 512, "coarse": 16, "refine": 8}
 
     def loss(cfg: NeuqiConfig) -> torch.Tensor:
         return weighted_loss(W, quantize_neuqi(W, h, 3, 64, cfg=cfg).dequantize(), h, 64).sum()

@@ -194,13 +194,13 @@ def generate_mlp_folded(learner: Learner, lanes: int, name: str | None = None) -
     for a, (l, kind, idx) in enumerate(parameter_order(learner)):
         if l == 0 and kind == "w":
             h, i = idx
-            readback.append((a, f"w0_{h % P}[{h // P}][{i * st.width} +: {st.width}]"))
+            readback.append((a, f"w0_{h % P}_{h // P}[{i * st.width} +: {st.width}]"))
         elif l == 0:
             h, = idx
-            readback.append((a, f"w0_{h % P}[{h // P}][{n_in * st.width} +: {st.width}]"))
+            readback.append((a, f"w0_{h % P}_{h // P}[{n_in * st.width} +: {st.width}]"))
         elif kind == "w":
             o, h = idx
-            readback.append((a, f"w1_{h % P}[{h // P}][{o * st.width} +: {st.width}]"))
+            readback.append((a, f"w1_{h % P}_{h // P}[{o * st.width} +: {st.width}]"))
         else:
             o, = idx
             readback.append((a, f"b1_{o}"))

@@ -93,7 +93,7 @@ def test_bench_online_accuracy_rows_compare_with_float():
 
 
 def _hw(model, params, lut, target="xcvu9p", **kw):
-    return {"task": "t4", "model": model, "target": target, "design": f"{model}{params}", "parameters": params,
+    return {"task": "t4", "model": model, "target": target, "design": f"{model}{params}",
             "params": params, "lut": lut, "ff": 10, "dsp": 1, "bram": 0, "fmax_mhz": None, "latency_cycles": 2,
             "latency_ns": None, "ii": 1, "status": "ok", **kw}
 
@@ -152,6 +152,9 @@ def test_bench_online_merges_earlier_runs_section_by_section():
         (144, "xcvu9p", 1000), (240, "xcvu9p", 1020), (65536, "ecp5-85f", 9999)]
     assert res.sources == {"scaling": ["bitforge sweep", "bitforge big", "bitforge now"]}
     assert "`bitforge sweep`; `bitforge big`; `bitforge now`" in markdown(res, "bitforge now", {})
+    old = {k: v for k, v in _hw("kan", 96, 900).items() if k != "params"} | {"parameters": 96}  # an older JSON's row
+    (row,) = merge_results([OnlineBenchResult(scaling=[old])], OnlineBenchResult()).scaling
+    assert row["params"] == 96 and "parameters" not in row
 
 
 def test_bench_online_merge_refuses_what_is_not_its_json(tmp_path):

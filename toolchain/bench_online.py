@@ -108,6 +108,8 @@ def merge_results(earlier: list[OnlineBenchResult], res: OnlineBenchResult) -> O
         for part in [*earlier, res]:
             part_rows = getattr(part, section)
             for r in part_rows:
+                if "parameters" in r:  # rows written before the issue's "params" key was the only one
+                    r = {k: v for k, v in r.items() if k != "parameters"} | {"params": r.get("params", r["parameters"])}
                 rows[tuple(str(r.get(k)) for k in keys)] = r
             if part_rows:
                 for c in (part.sources.get(section) or [part.command or "?"]):
@@ -233,7 +235,7 @@ def _implement_learner(learner, name: str, target: str, work: Path, progress: Pr
     params = design.resources["parameters"]
     memory = design.resources.get("coefficient_bits", 0) + design.resources.get("rom_bits", 0)
     row = {**hardware_row(task, model, target, params, {"latency_cycles": design.latency_cycles, "ii": design.ii}),
-           "design": name, "parameters": params, "multipliers": design.resources["multipliers"],
+           "design": name, "multipliers": design.resources["multipliers"],
            "memory_bits": memory or None,
            "form": "fully parallel" if lanes is None else f"time-multiplexed, {lanes} lanes"}
     dsp = get_target(target).budget.dsp
@@ -327,7 +329,7 @@ def scaling_plot(rows: list[dict], path: Path, target: str = "xcvu9p") -> Option
     fig, axes = plt.subplots(1, 6, figsize=(24, 4))
     for ax, key in zip(axes[:5], ("lut", "lutram", "ff", "dsp", "bram")):
         for model, marker in (("kan", "o-"), ("mlp", "s--")):
-            pts = sorted((r["parameters"], r[key]) for r in ok
+            pts = sorted((r["params"], r[key]) for r in ok
                          if r["model"] == model and r["target"] == target and r.get(key) is not None)
             if pts:
                 ax.plot(*zip(*pts), marker, label=model.upper())
@@ -338,13 +340,13 @@ def scaling_plot(rows: list[dict], path: Path, target: str = "xcvu9p") -> Option
         ax.legend()
     ax = axes[5]
     for model, marker in (("kan", "o-"), ("mlp", "s--")):
-        pts = sorted((r["parameters"], r["latency_ns"]) for r in ok
+        pts = sorted((r["params"], r["latency_ns"]) for r in ok
                      if r["model"] == model and r["target"] == "ecp5-85f" and r.get("latency_ns"))
         if pts:
             ax.plot(*zip(*pts), marker, label=model.upper())
     big = [r for r in rows if r.get("big") and r.get("status") == "ok" and r.get("latency_ns")]
     for r in big:  # the >50k-parameter learner, on its own: it has other formats and grid than the sweep
-        ax.plot([r["parameters"]], [r["latency_ns"]], "k*", ms=12, label=f"KAN G={r['knob']} ({r['parameters']:,})")
+        ax.plot([r["params"]], [r["latency_ns"]], "k*", ms=12, label=f"KAN G={r['knob']} ({r['params']:,})")
     ax.axhline(1000.0, color="grey", ls=":", lw=1)
     ax.set_xscale("log")
     ax.set_title("step latency, ns (ecp5-85f, post-route)")
@@ -446,7 +448,7 @@ def tables(res: OnlineBenchResult):
         for c in ("design", "target", "params", "LUT", "LUTRAM", "FF", "DSP", "BRAM", "Fmax", "cyc", "ns", "II", "status"):
             t.add_column(c, justify="left" if c in ("design", "target", "status") else "right", no_wrap=True)
         for r in rows:
-            t.add_row(r["design"], r["target"], _n(r.get("parameters")), _n(r.get("lut")), _n(r.get("lutram")),
+            t.add_row(r["design"], r["target"], _n(r.get("params")), _n(r.get("lut")), _n(r.get("lutram")),
                       _n(r.get("ff")), _n(r.get("dsp")), _n(r.get("bram")), _n(r.get("fmax_mhz"), "{:.1f}"),
                       _n(r.get("latency_cycles")), _n(r.get("latency_ns"), "{:.1f}"), _n(r.get("ii")),
                       r.get("status", ""))
@@ -534,7 +536,7 @@ def kan_flatness(rows: list[dict]) -> dict[str, tuple[float, float]]:
     G's, the largest G's over the smallest G's). The aim is growth within 1.10x: logic must not grow with G."""
     out = {}
     for target in sorted({r["target"] for r in rows}):
-        pts = sorted((r["parameters"], r["lut"]) for r in rows if r.get("status") == "ok" and r["model"] == "kan"
+        pts = sorted((r["params"], r["lut"]) for r in rows if r.get("status") == "ok" and r["model"] == "kan"
                      and not r.get("big") and r["target"] == target and r.get("lut"))
         if len(pts) > 1:
             first = pts[0][1]
@@ -571,7 +573,7 @@ def markdown(res: OnlineBenchResult, command: str, images: dict[str, str]) -> st
         lines += [f"## {title}", ""]
         lines += _md_table(["design", "target", "params", "LUT", "LUTRAM", "FF", "DSP", "BRAM", "Fmax MHz", "cycles", "ns",
                             "II", "status"],
-                           [[r["design"], r["target"], _n(r.get("parameters")), _n(r.get("lut")), _n(r.get("lutram")),
+                           [[r["design"], r["target"], _n(r.get("params")), _n(r.get("lut")), _n(r.get("lutram")),
                              _n(r.get("ff")),
                              _n(r.get("dsp")), _n(r.get("bram")), _n(r.get("fmax_mhz"), "{:.1f}"),
                              _n(r.get("latency_cycles")), _n(r.get("latency_ns"), "{:.1f}"), _n(r.get("ii")),

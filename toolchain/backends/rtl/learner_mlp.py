@@ -190,20 +190,22 @@ def generate_mlp_folded(learner: Learner, lanes: int, name: str | None = None) -
                            + [_aligned_bias(f"w0q_{p}_{n_in}", co.width, xt.frac, acc0_w)]) for p in range(P)]
     sums1 = [_balanced_sum([_sext(f"f1_{p}_{o}", co.width + dp.width, acc1_w) for p in range(P)]) for o in range(n_out)]
     gsums = [_balanced_sum([_sext(f"gp_{p}_{o}", et.width + co.width, gs_w) for o in range(n_out)]) for p in range(P)]
-    readback = []
+    readback, rb_words = [], []  # read-back: each parameter's slice of its lane's word, and that word's index
     for a, (l, kind, idx) in enumerate(parameter_order(learner)):
         if l == 0 and kind == "w":
             h, i = idx
-            readback.append((a, f"w0_{h % P}_{h // P}[{i * st.width} +: {st.width}]"))
+            readback.append((a, f"w0w_{h % P}[{i * st.width} +: {st.width}]"))
         elif l == 0:
             h, = idx
-            readback.append((a, f"w0_{h % P}_{h // P}[{n_in * st.width} +: {st.width}]"))
+            readback.append((a, f"w0w_{h % P}[{n_in * st.width} +: {st.width}]"))
         elif kind == "w":
             o, h = idx
-            readback.append((a, f"w1_{h % P}_{h // P}[{o * st.width} +: {st.width}]"))
+            readback.append((a, f"w1w_{h % P}[{o * st.width} +: {st.width}]"))
         else:
             o, = idx
             readback.append((a, f"b1_{o}"))
+        if l == 0 or kind == "w":
+            rb_words.append((a, (idx[0] if l == 0 else idx[1]) // P))
     n_params = len(readback)
     rb_addr_w = max(1, _clog2(n_params))
     in_w = n_in * xt.width + n_out * dp.width + 1
@@ -217,7 +219,7 @@ def generate_mlp_folded(learner: Learner, lanes: int, name: str | None = None) -
                st_codes=_codes(st), acc0_w=acc0_w, acc0_frac=acc0.frac, acc1_w=acc1_w, acc1_frac=acc1.frac,
                sums0=sums0, sums1=sums1, gs_w=gs_w, gsums=gsums,
                bias1=[_aligned_bias(f"b1q_{o}", co.width, dp.frac, acc1_w) for o in range(n_out)], d=d,
-               pad_from=[-(-(H - p) // P) for p in range(P)], readback=readback, n_params=n_params,
+               pad_from=[-(-(H - p) // P) for p in range(P)], readback=readback, rb_words=rb_words, n_params=n_params,
                rb_addr_w=rb_addr_w, in_w=in_w, out_w=out_w, rb_data_w=st.width,
                rb_byte_w=max(1, _clog2(-(-st.width // 8))))
     env = _env()

@@ -273,7 +273,8 @@ def comparisons(result: BenchResult) -> list[str]:
         other = by.get((base, b, g, k)) if base else None
         if other is None:
             continue
-        line = f"{r.label} vs {other.label}: perplexity {r.ppl:,.2f} vs {other.ppl:,.2f} ({other.ppl / r.ppl:.2f}x lower)"
+        ratio = (f"{other.ppl / r.ppl:.2f}x lower" if r.ppl <= other.ppl else f"{r.ppl / other.ppl:.4f}x higher")
+        line = f"{r.label} vs {other.label}: perplexity {r.ppl:,.3f} vs {other.ppl:,.3f} ({ratio})"
         if m == "neuqi" and other.seconds > 0:
             line += f"; method time {r.seconds:.1f} s vs {other.seconds:.1f} s ({r.seconds / other.seconds:.0f}x)"
         out.append(line)

@@ -43,10 +43,10 @@ Why this search: the first version (the paper's shape: 32 coarse points over ``(
 coarse winner, 62 Lloyd-scored candidates, exact ``z`` at the best 3 of each stage) spent 7 of its 32 coarse points
 below ``s_minmax / 4``, where few groups end (on the layers below it put 4 of 221,184 groups there at W3 g64, 0.26 %
 at W2 g32, 0.36 % at W2 g64), and its fine stage explored under half of the gap between coarse points. On SmolLM2's
-blocks 0, 10, 20 and 29 (28 layers, diag(E[x x^T]) from 16 x 512 calibration tokens) the pattern search reaches a
-1-2 % lower weighted loss in about the same time (W3 g64: 0.981, W2 g32: 0.990 of the old loss; a hand check). Starting
-the pattern search from the best *Lloyd*-scored coarse point instead reached 0.993 and 0.998 in 1.3-1.6x less time
-than the old search; with one exact coarse point (``exact_top = 1``) 1.3 % above the old loss.
+blocks 0, 10, 20 and 29 (28 layers, diag(E[x x^T]) from 16 x 512 calibration tokens) this search reaches a 1-2 %
+lower weighted loss in 1.4-1.6x less time (W3 g64: 0.981, W2 g32: 0.990, W2 g64: 0.988 of the old loss; a hand
+check on a quiet machine). Starting the pattern search from the best *Lloyd*-scored coarse point instead reached only
+0.993 and 0.998; with one exact coarse point (``exact_top = 1``) the loss was 1.3 % above the old search's.
 """
 from __future__ import annotations
 

@@ -29,15 +29,15 @@ that side (1, 2, 4, ... levels per round), at most to the full range, beyond whi
 the exact optimum over ``z``; the tests check it against brute force.
 
 **Scale search** (:func:`neuqi_params`). ``s = s_minmax * i / T`` with ``T = 2048``: 16 coarse points evenly over
-``i`` in ``[T/4, T]``, then a pattern search from the best of them: try ``i +- 32``, move if better, halve the step,
-down to 1 (12 more points). Candidate scales are rounded to float16 before ``z`` is solved, so ``z`` is optimal for
-the scale the checkpoint stores. Solving ``z`` exactly costs about as much as 30 Lloyd-scored candidates on a CPU,
-so candidates are scored with two Lloyd steps (``z <- sum h (x - c(z)) / H``; cold from the centred grid on the
-coarse grid, warm from the current point's offset ``z s`` in the pattern search) and the exact solver runs on the
-``exact_top = 3`` best coarse points and on the pattern search's end point; the pattern search starts from the
-best of those exact points (``NeuqiConfig(exhaustive=True)`` solves
-``z`` exactly everywhere). Finally a group keeps the min-max grid if that is better after the float16 rounding of
-``z``, so NeUQI is never worse than RTN on its own objective.
+``i`` in ``[T/4, T]``, then a pattern search from the best coarse point (below): try ``i +- 32``, move if better,
+halve the step, down to 1 (12 more points). Candidate scales are rounded to float16 before ``z`` is solved, so ``z``
+is optimal for the scale the checkpoint stores. Solving ``z`` exactly costs about as much as 30 Lloyd-scored
+candidates on a CPU, so candidates are scored with two Lloyd steps (``z <- sum h (x - c(z)) / H``; cold from the
+centred grid on the coarse grid, warm from the current point's offset ``z s`` in the pattern search) and the exact
+solver runs on the 3 (``exact_top``) best coarse points and on the pattern search's end point; the pattern search
+starts from the best of those exact points (``NeuqiConfig(exhaustive=True)`` solves ``z`` exactly everywhere). Finally
+a group keeps the min-max grid if that is better after the float16 rounding of ``z``, so NeUQI is never worse than RTN
+on its own objective.
 
 Why this search: the first version (the paper's shape: 32 coarse points over ``(0, T]``, every step within 15 of the
 coarse winner, 62 Lloyd-scored candidates, exact ``z`` at the best 3 of each stage) spent 7 of its 32 coarse points

@@ -31,7 +31,7 @@ the exact optimum over ``z``; the tests check it against brute force.
 **Scale search** (:func:`neuqi_params`). ``s = s_minmax * i / T`` with ``T = 2048``: 16 coarse points evenly over
 ``i`` in ``[T/4, T]``, then a pattern search from the best coarse point (below): try ``i +- 32``, move if better,
 halve the step, down to 1 (12 more points). Candidate scales are rounded to float16 before ``z`` is solved, so ``z``
-is optimal for the scale the checkpoint stores. Solving ``z`` exactly costs about as much as 30 Lloyd-scored
+is optimal for the scale the checkpoint stores. Solving ``z`` exactly costs about as much as 20 Lloyd-scored
 candidates on a CPU, so candidates are scored with two Lloyd steps (``z <- sum h (x - c(z)) / H``; cold from the
 centred grid on the coarse grid, warm from the current point's offset ``z s`` in the pattern search) and the exact
 solver runs on the 3 (``exact_top``) best coarse points and on the pattern search's end point; the pattern search

@@ -295,7 +295,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from .bench import BenchOptions, check_mergeable, comparisons, measured_labels, merge_rows, run, table, write_json, write_plot
+    from .bench import (BenchOptions, check_mergeable, comparisons, measured_labels, merge_rows, run, table,
+                        write_json, write_plot)
 
     _check_text_arg(args.text)
     opts = BenchOptions(model=args.lm, methods=tuple(m for m in (args.methods or "").split(",") if m),

@@ -305,7 +305,8 @@ def run_bench(args: argparse.Namespace) -> int:
     merge = [Path(p) for p in (args.merge or "").split(",") if p]
     for path in merge:
         if not path.is_file():
-            raise BitforgeError(f"--merge {path}: no such file; give the JSON of an earlier bitforge bench compress run")
+            raise BitforgeError(f"--merge {path}: no such file; give the JSON of an earlier bitforge bench compress "
+                                "run")
     # Read now: --json may name one of them, and is rewritten after every row.
     earlier = {str(path): path.read_text() for path in merge}
     check_mergeable(opts, earlier)

@@ -35,17 +35,18 @@ Choices where the paper's constants were not available to us (each is an option 
   gamma 1/4 0.76x.)
 - ``temperature`` ``t``: ``tau = t * max |W|`` over each quantizer group (default 0.5): the group's largest entry
   weighs e^2 ~ 7.4 times an entry at 0, whatever its scale. Each group's softmax sums to ``1 / groups``, so every
-  group's range is reduced, not only the row's largest (the row-wide softmax of the first version spent the change
-  on one group per row).
+  group's range counts, not only the row's largest (a row-wide softmax, as in the first version: 0.77x instead of
+  0.76x on the layers above).
 - ``alpha`` (default 1), ``beta`` (default 3e-3), ``mu`` (default 1e-2): the ridge above.
 - ``max_null``: cap on ``K`` (default none).
 
 **Solver.** Forming the ``K x K`` systems costs ``out * in * K^2``; with ``K`` in the hundreds that is minutes per
 layer. Instead all rows are solved at once by conjugate gradients with a Jacobi preconditioner: a product with the
 system is ``((B N^T) * S) N + B diag(r)``, two matrix products, ``4 out in K`` flops. The data term's eigenvalues
-lie within the softmax weights' ratio (at most ``e^(1/t)``) of each other, so CG converges in ~10-20 iterations to
-a relative residual of 1e-6 (at most 200). Whatever the accuracy of ``b``, the change ``b N^T`` stays exactly in the
-span of ``N``.
+lie within the softmax weights' ratio (at most ``e^(1/t)``) of each other and the preconditioner takes the ridge's
+diagonal in, so CG converges fast (8 iterations on average, at most 19, to a relative residual of 1e-7 on the
+layers above; here it stops at 1e-6 or 200). Whatever the accuracy of ``b``, the change ``b N^T`` stays exactly in
+the span of ``N``.
 """
 from __future__ import annotations
 

@@ -165,13 +165,13 @@ def test_bench_online_merge_refuses_what_is_not_its_json(tmp_path):
         read_results(str(tmp_path / "other.json"))
 
 
-
 def test_cached_flows_list_a_design_without_a_finished_flow_as_not_run(tmp_path):
     """--cached-flows redraws tables from finished flows: nothing is started, and nothing is recorded as failed."""
     from bitforge.toolchain.bench_online import _implement_learner, _learner
+    from bitforge.toolchain.flows.cache import cached_only
 
-    row = _implement_learner(_learner("t1", "kan"), "t1_kan", "ecp5-85f", tmp_path, lambda m: None, "t1", "kan",
-                             cached_flows=True)
+    with cached_only():
+        row = _implement_learner(_learner("t1", "kan"), "t1_kan", "ecp5-85f", tmp_path, lambda m: None, "t1", "kan")
     assert row["status"] == "not run" and "no cached result" in row["note"] and row["params"] == 8
     report = tmp_path / "t1_kan" / "report.json"
     assert not report.exists() or "ecp5-85f" not in json.loads(report.read_text()).get("targets", {})

@@ -216,8 +216,10 @@ def t5_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
 # -- hardware ---------------------------------------------------------------------------------------------
 
 def _implement_learner(learner, name: str, target: str, work: Path, progress: Progress, task: str = "t4",
-                       model: str = "kan", cached_flows: bool = False) -> dict:
-    from .flows.cache import StageNotCached, cached_only
+                       model: str = "kan") -> dict:
+    """One learner through ``implement``; inside :func:`.flows.cache.cached_only` (``--cached-flows``) a design
+    whose flow has not finished is listed "not run" instead of started."""
+    from .flows.cache import StageNotCached
     from .flows.implement import TimingWarning, implement
     from .flows.targets import DoesNotFit, get_target
     from .learn_cmd import hardware_row, learner_pnr_options
@@ -246,7 +248,7 @@ def _implement_learner(learner, name: str, target: str, work: Path, progress: Pr
                    f"{dsp:,} DSP blocks of {target} (checked before synthesis)")
         return row
     try:
-        with warnings.catch_warnings(), (cached_only() if cached_flows else contextlib.nullcontext()):
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore", TimingWarning)
             pnr = learner_pnr_options()  # recorded in the row
             r = implement(out, target, progress=progress, pnr_options=pnr)
@@ -283,7 +285,7 @@ def hardware_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]
             for target in options.targets:
                 progress(f"hardware: {task} {model} {list(L.spec.sizes)} on {target}")
                 rows.append(_implement_learner(L, f"{task}_{model}", target, options.work / "hw", progress, task,
-                                               model, options.cached_flows))
+                                               model))
     return rows
 
 
@@ -296,7 +298,7 @@ def scaling_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
         for target in options.kan_targets:
             progress(f"scaling: T4 KAN [16,1] G={G} on {target}")
             rows.append({"knob": G, **_implement_learner(L, f"kan_g{G}", target, options.work / "scaling",
-                                                         progress, "t4", "kan", options.cached_flows)})
+                                                         progress, "t4", "kan")})
     if options.big:
         fm = LearnerFormats.make(BIG_KAN["datapath"], guard_bits=BIG_KAN["guard_bits"], input=BIG_KAN["input"])
         L = _learner("t4", "kan", grid_size=BIG_KAN["grid_size"], sizes=BIG_KAN["sizes"], formats=fm,
@@ -305,13 +307,13 @@ def scaling_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
                  f"({int(L.layers()[0].coeffs.size):,} parameters) on ecp5-85f")
         rows.append({"knob": BIG_KAN["grid_size"], "big": True,
                      **_implement_learner(L, f"kan_g{BIG_KAN['grid_size']}", "ecp5-85f", options.work / "scaling",
-                                          progress, "t4", "kan", options.cached_flows)})
+                                          progress, "t4", "kan")})
     for W in options.mlp_widths if options.scaling else ():
         L = _learner("t4", "mlp", sizes=(16, W, 1))
         for target in options.mlp_targets:
             progress(f"scaling: T4 MLP [16,{W},1] on {target}")
             rows.append({"knob": W, **_implement_learner(L, f"mlp_w{W}", target, options.work / "scaling",
-                                                         progress, "t4", "mlp", options.cached_flows)})
+                                                         progress, "t4", "mlp")})
     return rows
 
 
@@ -392,6 +394,8 @@ def run_bench(options: OnlineBenchOptions, progress: Progress = lambda m: None, 
               earlier: Sequence[OnlineBenchResult] = ()) -> OnlineBenchResult:
     """Run the selected sections; ``earlier`` results (see :func:`merge_results`) fill in the rest before the
     plots are drawn."""
+    from .flows.cache import cached_only
+
     options.work.mkdir(parents=True, exist_ok=True)
     res = OnlineBenchResult(options={k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()},
                             command=command)
@@ -399,10 +403,11 @@ def run_bench(options: OnlineBenchOptions, progress: Progress = lambda m: None, 
         res.accuracy = accuracy_rows(options, progress)
     if options.t5:
         res.t5 = t5_rows(options, progress)
-    if options.hardware:
-        res.hardware = hardware_rows(options, progress)
-    if options.scaling or options.big:
-        res.scaling = scaling_rows(options, progress)
+    with cached_only() if options.cached_flows else contextlib.nullcontext():
+        if options.hardware:
+            res.hardware = hardware_rows(options, progress)
+        if options.scaling or options.big:
+            res.scaling = scaling_rows(options, progress)
     merge_results(list(earlier), res)
     for p in (accuracy_plot(res.accuracy, options.work / "accuracy.png"),
               scaling_plot(res.scaling, options.work / "scaling.png")):

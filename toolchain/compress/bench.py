@@ -175,7 +175,22 @@ def text_config(opts: BenchOptions):
     return TextConfig(text=opts.text, ctx=opts.ctx, eval_chunks=opts.eval_chunks, calib_chunks=calib_chunks)
 
 
-def check_mergeable(opts: BenchOptions, earlier: dict[str, str]) -> None:
+def read_earlier(paths: list[str]) -> dict[str, dict]:
+    """The JSON documents named by ``--merge``, parsed once (a missing or unreadable file is a BitforgeError)."""
+    docs = {}
+    for name in paths:
+        path = Path(name)
+        if not path.is_file():
+            raise BitforgeError(f"--merge {name}: no such file; give the JSON of an earlier bitforge bench compress "
+                                "run")
+        try:
+            docs[name] = json.loads(path.read_text())
+        except ValueError as e:
+            raise BitforgeError(f"--merge {name}: not a bench compress JSON ({e})") from None
+    return docs
+
+
+def check_mergeable(opts: BenchOptions, earlier: dict[str, dict]) -> None:
     """Refuse, before any model is loaded, earlier runs measured another way (see :func:`merge_rows`)."""
     from .model_io import resolve_model
 
@@ -183,8 +198,8 @@ def check_mergeable(opts: BenchOptions, earlier: dict[str, str]) -> None:
     merge_rows(mine, earlier)
 
 
-def merge_rows(result: BenchResult, earlier: dict[str, str], skip: set[str] = frozenset()) -> BenchResult:
-    """A copy of ``result`` plus the rows of earlier runs' JSON (``{name: text}``) for settings it neither
+def merge_rows(result: BenchResult, earlier: dict[str, dict], skip: set[str] = frozenset()) -> BenchResult:
+    """A copy of ``result`` plus the rows of earlier runs' JSON (``{name: document}``) for settings it neither
     measured nor will measure (``skip``), in the grid's order. The earlier runs must have used the same model,
     text, chunks and statistics (else BitforgeError): so the docs' one table can be refreshed method by method,
     and every merged row names the file it came from (``source``)."""
@@ -192,11 +207,7 @@ def merge_rows(result: BenchResult, earlier: dict[str, str], skip: set[str] = fr
     rows = list(result.rows)
     have = {r.label for r in rows} | set(skip)
     names = {f.name for f in fields(Row)}
-    for name, text in earlier.items():
-        try:
-            doc = json.loads(text)
-        except ValueError as e:
-            raise BitforgeError(f"--merge {name}: not a bench compress JSON ({e})") from None
+    for name, doc in earlier.items():
         for key in ("model", "text", "statistics"):
             mine = getattr(result, key)
             if doc.get(key) != mine:

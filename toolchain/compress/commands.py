@@ -295,20 +295,15 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from .bench import (BenchOptions, check_mergeable, comparisons, measured_labels, merge_rows, run, table,
-                        write_json, write_plot)
+    from .bench import (BenchOptions, check_mergeable, comparisons, measured_labels, merge_rows, read_earlier,
+                        run, table, write_json, write_plot)
 
     _check_text_arg(args.text)
     opts = BenchOptions(model=args.lm, methods=tuple(m for m in (args.methods or "").split(",") if m),
                         quick=args.quick, calib_chunks=args.calib_chunks, eval_chunks=args.eval_chunks,
                         statistics=args.statistics, ctx=args.ctx, text=args.text)
-    merge = [Path(p) for p in (args.merge or "").split(",") if p]
-    for path in merge:
-        if not path.is_file():
-            raise BitforgeError(f"--merge {path}: no such file; give the JSON of an earlier bitforge bench compress "
-                                "run")
     # Read now: --json may name one of them, and is rewritten after every row.
-    earlier = {str(path): path.read_text() for path in merge}
+    earlier = read_earlier([p for p in (args.merge or "").split(",") if p])
     check_mergeable(opts, earlier)
 
     def merged(partial):

@@ -118,6 +118,18 @@ def test_bench_online_sections_are_checked():
     assert ok.accuracy and not ok.hardware and ok.kan_grids == (6, 12)
 
 
+def test_bench_online_big_learner_joins_only_the_full_ecp5_sweep_and_the_seed_is_passed():
+    def opts(*argv):
+        return options_from_args(build_parser().parse_args(["bench", "online", *argv]))
+
+    assert opts("--online-parts", "scaling", "--kan-targets", "ecp5-85f").big
+    assert not opts("--online-parts", "scaling", "--kan-targets", "xcvu9p").big
+    narrowed = opts("--online-parts", "scaling", "--kan-targets", "ecp5-85f", "--kan-grids", "48", "--pnr-seed", "2")
+    assert not narrowed.big and narrowed.pnr_seed == 2 and narrowed.kan_grids == (48,)
+    assert opts("--online-parts", "scaling,big", "--kan-grids", "48").big
+    assert opts().pnr_seed == 1
+
+
 @pytest.mark.slow
 def test_flow_learn_t1_reaches_an_ecp5_bitstream(tmp_path):
     out = tmp_path / "t1"

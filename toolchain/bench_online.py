@@ -72,6 +72,7 @@ class OnlineBenchOptions:
     mlp_targets: tuple[str, ...] = HW_TARGETS  # the MLP sweep's (xcvu9p synthesis of thousands of multipliers is slow)
     big: bool = True
     cached_flows: bool = False  # reuse finished flows only; a design whose flow has not run is listed "not run"
+    pnr_seed: int = 1  # nextpnr's seed (another one when router2 stalls on a design)
 
 
 @dataclass
@@ -216,7 +217,7 @@ def t5_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
 # -- hardware ---------------------------------------------------------------------------------------------
 
 def _implement_learner(learner, name: str, target: str, work: Path, progress: Progress, task: str = "t4",
-                       model: str = "kan") -> dict:
+                       model: str = "kan", seed: int = 1) -> dict:
     """One learner through ``implement``; inside :func:`.flows.cache.cached_only` (``--cached-flows``) a design
     whose flow has not finished is listed "not run" instead of started."""
     from .flows.cache import StageNotCached
@@ -251,7 +252,7 @@ def _implement_learner(learner, name: str, target: str, work: Path, progress: Pr
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TimingWarning)
             pnr = learner_pnr_options()  # recorded in the row
-            r = implement(out, target, progress=progress, pnr_options=pnr)
+            r = implement(out, target, seed=seed, progress=progress, pnr_options=pnr)
     except DoesNotFit as e:
         row.update(status="does-not-fit", note=str(e).split(". Try")[0])
         return row
@@ -261,7 +262,7 @@ def _implement_learner(learner, name: str, target: str, work: Path, progress: Pr
     row.update({k: r.get(k) for k in ("lut", "ff", "dsp", "bram", "fmax_mhz", "latency_ns", "bitstream")})
     cells = (r.get("synthesis") or {}).get("cells", {})
     row["lutram"] = sum(v for k, v in cells.items() if k.startswith(LUTRAM_CELLS))
-    row.update(status="ok", resources_from=r.get("resources_from"), pnr_options=list(pnr))
+    row.update(status="ok", resources_from=r.get("resources_from"), pnr_options=list(pnr), pnr_seed=seed)
     return row
 
 
@@ -285,7 +286,7 @@ def hardware_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]
             for target in options.targets:
                 progress(f"hardware: {task} {model} {list(L.spec.sizes)} on {target}")
                 rows.append(_implement_learner(L, f"{task}_{model}", target, options.work / "hw", progress, task,
-                                               model))
+                                               model, options.pnr_seed))
     return rows
 
 
@@ -298,7 +299,7 @@ def scaling_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
         for target in options.kan_targets:
             progress(f"scaling: T4 KAN [16,1] G={G} on {target}")
             rows.append({"knob": G, **_implement_learner(L, f"kan_g{G}", target, options.work / "scaling",
-                                                         progress, "t4", "kan")})
+                                                         progress, "t4", "kan", options.pnr_seed)})
     if options.big:
         fm = LearnerFormats.make(BIG_KAN["datapath"], guard_bits=BIG_KAN["guard_bits"], input=BIG_KAN["input"])
         L = _learner("t4", "kan", grid_size=BIG_KAN["grid_size"], sizes=BIG_KAN["sizes"], formats=fm,
@@ -307,13 +308,13 @@ def scaling_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
                  f"({int(L.layers()[0].coeffs.size):,} parameters) on ecp5-85f")
         rows.append({"knob": BIG_KAN["grid_size"], "big": True,
                      **_implement_learner(L, f"kan_g{BIG_KAN['grid_size']}", "ecp5-85f", options.work / "scaling",
-                                          progress, "t4", "kan")})
+                                          progress, "t4", "kan", options.pnr_seed)})
     for W in options.mlp_widths if options.scaling else ():
         L = _learner("t4", "mlp", sizes=(16, W, 1))
         for target in options.mlp_targets:
             progress(f"scaling: T4 MLP [16,{W},1] on {target}")
             rows.append({"knob": W, **_implement_learner(L, f"mlp_w{W}", target, options.work / "scaling",
-                                                         progress, "t4", "mlp")})
+                                                         progress, "t4", "mlp", options.pnr_seed)})
     return rows
 
 
@@ -478,11 +479,16 @@ def add_arguments(p) -> None:
     p.add_argument("--t5-episodes", type=int, default=3000, metavar="N",
                    help="online: T5's episode cap per run (default 3000; each run stops once solved)")
     p.add_argument("--kan-grids", default=",".join(map(str, KAN_GRIDS)), metavar="G,G",
-                   help="online: the scaling sweep's KAN grid sizes")
+                   help="online: the scaling sweep's KAN grid sizes (a narrowed list leaves out the >50k-parameter "
+                        "learner unless 'big' is among --online-parts)")
+    p.add_argument("--pnr-seed", type=int, default=1, metavar="N",
+                   help="online: nextpnr seed of every flow this run starts (default 1; another one when router2 "
+                        "stalls on a design); recorded per hardware row")
     p.add_argument("--mlp-widths", default=",".join(map(str, MLP_WIDTHS)), metavar="W,W",
                    help="online: the scaling sweep's MLP hidden widths")
     p.add_argument("--kan-targets", default=",".join(HW_TARGETS), metavar="T,U",
-                   help="online: targets of the KAN scaling sweep (ecp5-85f also adds the >50k-parameter learner)")
+                   help="online: targets of the KAN scaling sweep (ecp5-85f also adds the >50k-parameter learner, "
+                        "unless --kan-grids narrows the sweep)")
     p.add_argument("--mlp-targets", default=",".join(HW_TARGETS), metavar="T,U",
                    help="online: targets of the MLP scaling sweep (xcvu9p synthesis of the wide MLPs takes tens of "
                         "minutes each)")
@@ -500,14 +506,17 @@ def options_from_args(args) -> OnlineBenchOptions:
 
     targets = target_list(args.targets) if getattr(args, "targets", None) else HW_TARGETS
     kan_targets = target_list(args.kan_targets)
-    # The >50k-parameter learner is an ecp5-85f point: part of 'scaling' only when the KAN sweep targets it.
-    big = "big" in parts or ("scaling" in parts and "ecp5-85f" in kan_targets)
+    # The >50k-parameter learner is an ecp5-85f point: part of the full KAN sweep on that target (a narrowed
+    # --kan-grids, e.g. one point again with another --pnr-seed, leaves it out).
+    full_sweep = args.kan_grids == ",".join(map(str, KAN_GRIDS))
+    big = "big" in parts or ("scaling" in parts and "ecp5-85f" in kan_targets and full_sweep)
     return OnlineBenchOptions(work=Path(args.online_work), accuracy="accuracy" in parts, t5="t5" in parts, hardware="hardware" in parts,
                               scaling="scaling" in parts, big=big,
                               kan_grids=tuple(int(v) for v in args.kan_grids.split(",")),
                               mlp_widths=tuple(int(v) for v in args.mlp_widths.split(",")),
                               mlp_targets=target_list(args.mlp_targets), kan_targets=kan_targets,
-                              targets=targets, t5_episodes=args.t5_episodes, cached_flows=args.cached_flows)
+                              targets=targets, t5_episodes=args.t5_episodes, cached_flows=args.cached_flows,
+                              pnr_seed=args.pnr_seed)
 
 
 def read_results(spec: str) -> list[OnlineBenchResult]:

@@ -158,6 +158,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.suite == "compress":
         from .compress.commands import run_bench as run_bench_compress
         return run_bench_compress(args)
+    if args.suite == "neuqi":
+        from .compress.commands import run_neuqi_bench
+        return run_neuqi_bench(args)
     if args.suite == "online":
         from .bench_online import options_from_args as online_options, read_results, run_bench as run_online, \
             tables, write_json as write_online_json
@@ -448,16 +451,18 @@ def build_parser() -> argparse.ArgumentParser:
                                    "networks, synthesised by the same yosys (xcvu9p estimate, ecp5-85f place and "
                                    "route), with bitforge/da4ml ratios; each synthesis takes minutes. 'compress': "
                                    "LLM compression methods on SmolLM2-135M, perplexity vs bits (pip install "
-                                   "'bitforge[llm]'). 'online': online learners (KAN vs MLP): accuracy on T1/T2/T4/T5 "
+                                   "'bitforge[llm]'). 'neuqi': NeUQI's scale search against RTN layer by layer (weighted "
+                                   "loss and quantizer time, per search configuration). 'online': online learners (KAN vs MLP): accuracy on T1/T2/T4/T5 "
                                    "at float and fixed-point datapaths, post-route hardware, scaling with PNG plots.",
                        epilog=_examples("""
                            bitforge bench emulate --json bench-emulate.json
                            bitforge bench rtl --designs jet-mlp-layer1 --json bench-rtl.json
                            bitforge bench compress --quick --json bench-compress.json
+                           bitforge bench neuqi --neuqi-configs 'default;exact_top=1' --json bench-neuqi.json
                            bitforge bench online --json bench-online.json
                            bitforge bench online --online-parts accuracy,t5   # no hardware flows
                        """))
-    b.add_argument("suite", choices=["emulate", "rtl", "compress", "online"])
+    b.add_argument("suite", choices=["emulate", "rtl", "compress", "neuqi", "online"])
     b.add_argument("--model", default="jet-mlp", help="recipe or model file (default jet-mlp)")
     b.add_argument("--batch", type=int, default=10_000)
     b.add_argument("--repeats", type=int, default=7)
@@ -466,6 +471,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_rtl_arguments(b)
     from .compress.commands import add_bench_arguments as add_bench_compress_arguments
     add_bench_compress_arguments(b)
+    from .compress.commands import add_neuqi_bench_arguments
+    add_neuqi_bench_arguments(b)
     from .bench_online import add_arguments as add_bench_online_arguments
     add_bench_online_arguments(b)
     b.set_defaults(func=cmd_bench)

@@ -98,6 +98,29 @@ def test_quantize_bad_input_exits_2_with_a_message_and_no_output(tiny_folder, tm
     assert [p for p in tmp_path.iterdir()] == []
 
 
+def test_littlebit_distillation_is_stored_and_eval_ppl_reads_the_trained_layers(tiny_folder, tmp_path, capsys):
+    model_dir, text = tiny_folder
+    out = tmp_path / "lb"
+    code, msg = run_cli(capsys, "quantize", model_dir, "--method", "littlebit2", "--rank", "8", *small(text),
+                        "--distill-steps", "12", "--distill-lr", "0.05", "--eval", "-o", out)
+    assert code == 0, msg
+    assert "distillation: KL" in msg
+    manifest = json.loads((out / "manifest.json").read_text())
+    kd = manifest["distillation"]
+    assert kd["steps"] == 12 and kd["layers"] == 14 and kd["kl_last"] < kd["kl_first"]
+    assert all(layer["distilled"] for layer in manifest["layers"].values())
+    code, msg = run_cli(capsys, "eval-ppl", out)
+    assert code == 0, msg
+    assert f"perplexity {manifest['perplexity']['ppl']:.3f} on 2 x 16 tokens" in msg
+
+
+def test_distillation_of_a_method_without_a_trainable_form_is_refused_before_loading(tmp_path, capsys):
+    code, msg = run_cli(capsys, "quantize", tmp_path / "missing-model", "--method", "rtn", "--distill-steps", "5",
+                        "-o", tmp_path / "out")
+    assert code == 2 and "--method rtn has no trainable form" in msg, msg
+    assert not (tmp_path / "out").exists()
+
+
 def test_bad_model_paths_fail_before_loading(tmp_path, capsys):
     code, msg = run_cli(capsys, "quantize", tmp_path / "missing", "--method", "rtn", "-o", tmp_path / "o")
     assert code == 2 and "no such file or folder" in msg and "smollm2" in msg
@@ -174,6 +197,25 @@ def test_bench_compress_hands_over_every_row_as_it_finishes(tiny_folder):
                  on_row=lambda partial: seen.append([r.label for r in partial.rows]))
     assert seen == [["base (as loaded)", "rtn W3 g64"], ["base (as loaded)", "rtn W3 g64", "neuqi W3 g64"]]
     assert len(result.rows) == 3
+
+
+def test_bench_compress_distilled_littlebit_rows_are_selected_by_plus_kd_and_report_the_kl(tiny_folder):
+    from bitforge.toolchain.compress.bench import BenchOptions, Setting, _run_setting, measured_labels, text_config
+    from bitforge.toolchain.compress.calibration import prepare_text
+    from bitforge.toolchain.compress.model_io import load_model
+
+    model_dir, text = tiny_folder
+    opts = BenchOptions(model=str(model_dir), methods=("littlebit2+kd",), quick=True, text=str(text), ctx=16,
+                        eval_chunks=2, calib_chunks=2)
+    assert measured_labels(opts) == {"littlebit2 0.55 bpw + KD 10"}
+    lm = load_model(str(model_dir))
+    split = prepare_text(lm.tokenizer, text_config(opts))
+    ptq = _run_setting(lm.model, split, Setting("littlebit2", 1, None, bpw=2.0), opts, None, lambda m: None, None)
+    kd = _run_setting(load_model(str(model_dir)).model, split, Setting("littlebit2", 1, None, bpw=2.0, distill=8), opts, None,
+                      lambda m: None, None)
+    assert ptq.status == kd.status == "ok" and ptq.distill is None and kd.label == "littlebit2 2 bpw + KD 8"
+    assert kd.distill["steps"] == 8 and kd.distill["kl_last"] < kd.distill["kl_first"]
+    assert kd.bpw == ptq.bpw and kd.wall_seconds >= kd.distill["seconds"]
 
 
 def test_bench_compress_merge_refreshes_a_table_method_by_method(tiny_folder, tmp_path, capsys):

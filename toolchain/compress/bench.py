@@ -14,6 +14,7 @@ any other exception marks the run failed (exit 1) but the remaining settings sti
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import traceback
 from dataclasses import asdict, dataclass, field, fields
@@ -23,6 +24,8 @@ from ..errors import BitforgeError
 from .api import CompressConfig
 
 QUICK_CALIB_CHUNKS = 4
+# LittleBit-2 + distillation rows: steps of one 512-token chunk (see distill.py; ~10 s a step on 2 CPU cores).
+DISTILL_STEPS, QUICK_DISTILL_STEPS, DISTILL_LR = 100, 10, 1e-2
 
 # Measured on SmolLM2-135M (Q4_1 dequantized) and this text, ctx 512, 8 x 512 tokens (the issue's reference points).
 REFERENCES = {("base", None, None): 14.70, ("rtn", 4, 64): 19.43, ("rtn", 3, 64): 42.96, ("rtn", 2, 32): 30329.0}
@@ -35,11 +38,17 @@ class Setting:
     group: int | None = 64
     rank: int = 0
     bpw: float | None = None
+    distill: int = 0  # distillation steps after the post-training fit (LittleBit-2's QAT step)
+
+    @property
+    def name(self) -> str:
+        """What ``--methods`` selects: the method, ``+kd`` for its distilled rows."""
+        return self.method + ("+kd" if self.distill else "")
 
     @property
     def label(self) -> str:
         if self.bpw is not None:
-            return f"{self.method} {self.bpw:g} bpw"
+            return f"{self.method} {self.bpw:g} bpw" + (f" + KD {self.distill}" if self.distill else "")
         if self.method.startswith("nvfp4"):
             return self.method
         g = f"g{self.group}" if self.group else "ch"
@@ -57,7 +66,7 @@ def settings(quick: bool = False) -> list[Setting]:
     if quick:
         return [*(Setting(m, 3, 64) for m in UNIFORM), Setting("qera", 3, 64, 16), Setting("srr", 3, 64, 16),
                 Setting("osaq+rtn", 3, 64), Setting("osaq+gptq", 3, 64), Setting("littlebit2", 1, None, bpw=0.55),
-                Setting("nvfp4", 4, 16)]
+                Setting("littlebit2", 1, None, bpw=0.55, distill=QUICK_DISTILL_STEPS), Setting("nvfp4", 4, 16)]
     grid = [Setting("rtn", 4, 64)]
     for bits, group in ((3, 64), (2, 32), (2, 64)):
         grid += [Setting(m, bits, group) for m in UNIFORM]
@@ -65,6 +74,7 @@ def settings(quick: bool = False) -> list[Setting]:
         grid += [Setting("qera", 3, 64, rank), Setting("srr", 3, 64, rank)]
     grid += [Setting("osaq+rtn", 3, 64), Setting("osaq+gptq", 3, 64)]
     grid += [Setting("littlebit2", 1, None, bpw=b) for b in (1.0, 0.55, 0.3)]
+    grid += [Setting("littlebit2", 1, None, bpw=b, distill=DISTILL_STEPS) for b in (1.0, 0.55, 0.3)]
     grid += [Setting("nvfp4", 4, 16), Setting("nvfp4-b128", 4, 16)]
     return grid
 
@@ -98,6 +108,7 @@ class Row:
     eval_seconds: float = 0.0
     reference_ppl: float | None = None
     status: str = "ok"
+    distill: dict | None = None  # LittleBit-2 + KD rows: steps, KL first/last, seconds (included in wall_seconds)
     source: str = ""  # the earlier run's JSON a merged row comes from ("" = measured by this run)
 
 
@@ -125,7 +136,7 @@ def run(opts: BenchOptions, log=print, progress_factory=None, on_row=None) -> Be
     from .perplexity import perplexity
 
     registry = load_all()
-    unknown = [m for m in opts.methods if m not in registry and m not in {s.method for s in settings()} | {"none"}]
+    unknown = [m for m in opts.methods if m not in registry and m not in {s.name for s in settings()} | {"none"}]
     if unknown:
         raise BitforgeError(f"--methods: unknown {', '.join(unknown)}; registered: {', '.join(sorted(registry))}")
     text_cfg = text_config(opts)
@@ -149,7 +160,7 @@ def run(opts: BenchOptions, log=print, progress_factory=None, on_row=None) -> Be
     cache = StatsCache()
     try:
         for s in settings(opts.quick):
-            if opts.methods and s.method not in opts.methods:
+            if opts.methods and s.name not in opts.methods:
                 continue
             if s.method not in registry:
                 result.notes.append(f"{s.label}: skipped, method {s.method!r} is not registered")
@@ -165,7 +176,7 @@ def run(opts: BenchOptions, log=print, progress_factory=None, on_row=None) -> Be
 
 def measured_labels(opts: BenchOptions) -> set[str]:
     """The settings a run with these options measures (its grid filtered by ``--methods``)."""
-    return {s.label for s in settings(opts.quick) if not opts.methods or s.method in opts.methods}
+    return {s.label for s in settings(opts.quick) if not opts.methods or s.name in opts.methods}
 
 
 def text_config(opts: BenchOptions):
@@ -238,10 +249,20 @@ def _run_setting(model, split, s: Setting, opts: BenchOptions, cache, log, progr
               reference_ppl=_reference(s.method, s.bits, s.group, opts))
     try:
         cfg = s.config()
+        teacher = copy.deepcopy(model) if s.distill else None
         bar, callback = progress_factory(s.label) if progress_factory else (contextlib.nullcontext(), None)
         with bar:
             q = quantize_model(model, split.calib, cfg, opts.statistics, opts.batch_size, cache, callback)
         row.bpw, row.seconds, row.wall_seconds = q.bpw, q.method_seconds, q.wall_seconds
+        if teacher is not None:
+            from .distill import DistillConfig, distill
+
+            bar, callback = (progress_factory(f"{s.label}: distillation") if progress_factory
+                             else (contextlib.nullcontext(), None))
+            with bar:
+                report = distill(model, teacher, q, split.calib, DistillConfig(s.distill, DISTILL_LR), callback)
+            row.distill = report.to_json()
+            row.wall_seconds += report.seconds
         ppl = perplexity(model, split.eval, batch_size=max(1, opts.batch_size // 2))
         row.ppl, row.eval_seconds = ppl.ppl, ppl.seconds
         log(f"{s.label}: {q.bpw:.3f} bpw, perplexity {ppl.ppl:.3f}, method {q.method_seconds:.1f} s, "
@@ -318,11 +339,14 @@ def write_plot(result: BenchResult, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 5.5))
     rows = [r for r in result.rows if r.ppl is not None and r.method != "base" and r.bpw is not None]
     markers = "osD^v<>Pp*hX"
-    for i, method in enumerate(sorted({r.method for r in rows})):
-        pts = sorted((r.bpw, r.ppl, r.label) for r in rows if r.method == method)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], markers[i % len(markers)], label=method, alpha=0.85)
+    def series(r: Row) -> str:
+        return r.method + (" + KD" if r.distill else "")
+
+    for i, name in enumerate(sorted({series(r) for r in rows})):
+        pts = sorted((r.bpw, r.ppl, r.label) for r in rows if series(r) == name)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], markers[i % len(markers)], label=name, alpha=0.85)
         for x, y, label in pts:
-            ax.annotate(label.replace(method, "").strip(), (x, y), fontsize=6, xytext=(3, 3),
+            ax.annotate(label.replace(name.split(" ")[0], "").strip(), (x, y), fontsize=6, xytext=(3, 3),
                         textcoords="offset points")
     base = next((r for r in result.rows if r.method == "base" and r.ppl is not None), None)
     if base is not None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import textwrap
+from dataclasses import asdict
 from pathlib import Path
 
 from rich.console import Console
@@ -113,6 +115,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     cfg = CompressConfig(method=args.method, bits=args.bits, group=args.group, rank=args.rank, bpw=args.bpw,
                          seed=args.seed, options=dict(args.option or []))
     get_method(cfg.method)
+    distill_cfg = _distill_config(args, cfg.method)
     text_cfg = _text_config(args)
     _check_text_arg(args.text)
     out = Path(args.output)
@@ -126,11 +129,21 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     split = prepare_text(lm.tokenizer, text_cfg)
     _log(split.describe())
 
+    teacher = copy.deepcopy(lm.model) if distill_cfg.steps else None
     bar, callback = block_progress(f"{cfg.method} W{cfg.bits} g{cfg.group or 'channel'}")
     with bar:
         q = quantize_model(lm.model, split.calib, cfg, statistics=args.statistics, batch_size=args.batch_size,
                            progress=callback)
     extra = {"calibration": text_cfg.to_json()}
+    if teacher is not None:
+        from .distill import distill
+        bar, callback = block_progress(f"distillation, {distill_cfg.steps} steps")
+        with bar:
+            report = distill(lm.model, teacher, q, split.calib, distill_cfg, progress=callback)
+        del teacher
+        _log(f"distillation: KL {report.kl[0]:.3f} -> {report.kl[-1]:.3f} nats/token in {report.seconds:.1f} s "
+             f"({report.parameters:,} parameters of {report.layers} layers)")
+        extra["distillation"] = {**asdict(distill_cfg), **report.to_json()}
     ppl = None
     if args.eval:
         with console.status(f"perplexity on {split.eval.shape[0]} x {split.eval.shape[1]} tokens"):
@@ -150,6 +163,18 @@ def cmd_quantize(args: argparse.Namespace) -> int:
                       "eval-ppl cannot rebuild those layers yet", soft_wrap=True)
     out_console.print(f"next: bitforge eval-ppl {out}")
     return 0
+
+
+def _distill_config(args: argparse.Namespace, method: str):
+    """The distillation settings, refused before the model loads when the method has no trainable form."""
+    from .distill import METHODS, DistillConfig
+
+    cfg = DistillConfig(steps=args.distill_steps, lr=args.distill_lr, batch=args.distill_batch, seed=args.seed,
+                        signs=args.distill_signs)
+    if cfg.steps and method not in METHODS:
+        raise BitforgeError(f"--distill-steps: distillation trains LittleBit-2's scales and signs; --method {method} "
+                            f"has no trainable form here (supported: {', '.join(METHODS)})")
+    return cfg
 
 
 def _source_record(lm) -> dict:
@@ -230,6 +255,7 @@ def add_commands(subparsers, formatter_class) -> None:
             bitforge quantize smollm2 --method neuqi --bits 2 --group 32 -o out/neuqi-w2 --eval
             bitforge quantize smollm2 --method srr --bits 3 --group 64 --rank 32 -o out/srr
             bitforge quantize smollm2 --method littlebit2 --bpw 0.55 -o out/lb
+            bitforge quantize smollm2 --method littlebit2 --bpw 0.55 --distill-steps 50 -o out/lb-kd
             bitforge quantize model.gguf --method gptq --bits 4 --group none -o out/g   # per-channel
         """))
     q.add_argument("model", metavar="MODEL")
@@ -246,6 +272,14 @@ def add_commands(subparsers, formatter_class) -> None:
                    help="sequential (default): each block is calibrated on the outputs of the compressed blocks "
                         "before it; float: on the float model's activations")
     _add_text_arguments(q)
+    q.add_argument("--distill-steps", type=int, default=0, metavar="N",
+                   help="littlebit2: after the post-training fit, N steps of distillation from the model as loaded "
+                        "on the calibration chunks (KL of the next-token distributions; default 0: none)")
+    q.add_argument("--distill-lr", type=float, default=1e-2, metavar="LR",
+                   help="distillation: Adam step on the log-scales (and latent signs) (default 0.01)")
+    q.add_argument("--distill-batch", type=int, default=1, metavar="N", help="distillation: chunks per step (default 1)")
+    q.add_argument("--distill-signs", action="store_true",
+                   help="distillation: also train the sign matrices (straight-through estimator); default: scales only")
     q.add_argument("--eval", action="store_true", help="also measure perplexity and store it in the manifest")
     q.add_argument("-o", "--output", required=True, metavar="OUT", help="output folder (replaced atomically)")
     q.set_defaults(func=cmd_quantize)
@@ -327,3 +361,36 @@ def run_bench(args: argparse.Namespace) -> int:
         write_plot(result, Path(args.plot))
         out_console.print(f"wrote {args.plot}")
     return 1 if result.failed else 0
+
+
+def add_neuqi_bench_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``bitforge bench neuqi`` (it shares --lm, --text, --ctx and --calib-chunks with compress)."""
+    p.add_argument("--neuqi-blocks", default="0,10,20,29", metavar="I,J",
+                   help="neuqi: decoder blocks whose linears are quantized (default 0,10,20,29: 28 layers)")
+    p.add_argument("--neuqi-settings", default="3:64,2:32,2:64", metavar="B:G,B:G",
+                   help="neuqi: bits:group pairs (default 3:64,2:32,2:64; 'ch' for per-channel)")
+    p.add_argument("--neuqi-configs", default="default", metavar="'A;K=V,K=V'",
+                   help="neuqi: NeUQI search configurations, ';'-separated NeuqiConfig overrides; ratios are to "
+                        "RTN and to the first (e.g. 'default;exact_top=1;exhaustive=true')")
+
+
+def run_neuqi_bench(args: argparse.Namespace) -> int:
+    from .calibration import TextConfig
+    from .neuqi_bench import parse_configs, parse_settings, run, table, write_json
+
+    _check_text_arg(args.text)
+    variants = parse_configs(args.neuqi_configs)
+    settings = parse_settings(args.neuqi_settings)
+    try:
+        blocks = tuple(int(b) for b in args.neuqi_blocks.split(",") if b.strip())
+    except ValueError:
+        raise BitforgeError(f"--neuqi-blocks {args.neuqi_blocks!r}: expected block numbers such as 0,10,20,29") from None
+    text_cfg = TextConfig(args.text, args.ctx, 1, args.calib_chunks or DEFAULT_CALIB_CHUNKS)
+    bar, callback = block_progress("NeUQI vs RTN")
+    with bar:
+        result = run(args.lm, text_cfg, blocks, settings, variants, log=_log, progress=callback)
+    (out_console if out_console.is_terminal else Console(highlight=False, width=140)).print(table(result))
+    if args.json:
+        write_json(result, Path(args.json))
+        out_console.print(f"wrote {args.json}")
+    return 0

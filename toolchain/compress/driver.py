@@ -179,8 +179,9 @@ def quantize_model(model: nn.Module, calib: torch.Tensor | None, cfg: CompressCo
             full = f"{prefix}.{i}.{name}"
             result.layers[full] = compress_linear(lin, stats[name], cfg, method, full)
             result.method_seconds += result.layers[full].seconds
-        if need_forward:
-            # float: the next block sees the float block's outputs; sequential: those of the compressed block.
+        if need_forward and i + 1 < len(blocks):
+            # float: the next block sees the float block's outputs; sequential: those of the compressed block
+            # (the last block's outputs feed nothing: no forward for them).
             batches = outputs if statistics == "float" else _run_block(block, batches)
         del outputs
         if progress:

@@ -24,8 +24,8 @@ from ..errors import BitforgeError
 from .api import CompressConfig
 
 QUICK_CALIB_CHUNKS = 4
-# LittleBit-2 + distillation rows: steps of one 512-token chunk (see distill.py; ~10 s a step on 2 CPU cores).
-DISTILL_STEPS, QUICK_DISTILL_STEPS, DISTILL_LR = 100, 10, 1e-2
+# LittleBit-2 + distillation rows: steps of one 512-token chunk (see distill.py; 10-20 s a step on 2 CPU cores).
+DISTILL_STEPS, QUICK_DISTILL_STEPS, DISTILL_LR = 50, 10, 1e-2
 
 # Measured on SmolLM2-135M (Q4_1 dequantized) and this text, ctx 512, 8 x 512 tokens (the reference points).
 REFERENCES = {("base", None, None): 14.70, ("rtn", 4, 64): 19.43, ("rtn", 3, 64): 42.96, ("rtn", 2, 32): 30329.0}

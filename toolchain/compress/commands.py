@@ -169,10 +169,9 @@ def _distill_config(args: argparse.Namespace, method: str):
     """The distillation settings, refused before the model loads when the method has no trainable form."""
     from .distill import METHODS, DistillConfig
 
-    cfg = DistillConfig(steps=args.distill_steps, lr=args.distill_lr, batch=args.distill_batch, seed=args.seed,
-                        signs=args.distill_signs)
+    cfg = DistillConfig(steps=args.distill_steps, lr=args.distill_lr, batch=args.distill_batch, seed=args.seed)
     if cfg.steps and method not in METHODS:
-        raise BitforgeError(f"--distill-steps: distillation trains LittleBit-2's scales and signs; --method {method} "
+        raise BitforgeError(f"--distill-steps: distillation trains LittleBit-2's scale vectors; --method {method} "
                             f"has no trainable form here (supported: {', '.join(METHODS)})")
     return cfg
 
@@ -276,10 +275,8 @@ def add_commands(subparsers, formatter_class) -> None:
                    help="littlebit2: after the post-training fit, N steps of distillation from the model as loaded "
                         "on the calibration chunks (KL of the next-token distributions; default 0: none)")
     q.add_argument("--distill-lr", type=float, default=1e-2, metavar="LR",
-                   help="distillation: Adam step on the log-scales (and latent signs) (default 0.01)")
+                   help="distillation: Adam step on the log-scales (default 0.01)")
     q.add_argument("--distill-batch", type=int, default=1, metavar="N", help="distillation: chunks per step (default 1)")
-    q.add_argument("--distill-signs", action="store_true",
-                   help="distillation: also train the sign matrices (straight-through estimator); default: scales only")
     q.add_argument("--eval", action="store_true", help="also measure perplexity and store it in the manifest")
     q.add_argument("-o", "--output", required=True, metavar="OUT", help="output folder (replaced atomically)")
     q.set_defaults(func=cmd_quantize)

@@ -5,12 +5,13 @@ errors of 210 layers compound: the model's perplexity is far above its vocabular
 papers recover with quantization-aware training against the float model. This module is that step, scaled to a
 CPU: the student is the compressed model, the teacher the model as loaded, the loss the KL divergence of the
 teacher's next-token distribution to the student's over every position of the calibration chunks (the text the
-evaluation never sees), Adam on
+evaluation never sees), Adam on the three scale vectors of every path (``u1``, ``latent``, ``v2``), parametrised as ``s0 exp(theta)`` so that
+a step is relative and a scale never changes sign (the stored format keeps them as float16 magnitudes).
 
-* the three scale vectors of every path (``u1``, ``latent``, ``v2``), parametrised as ``s0 exp(theta)`` so that a
-  step is relative and a scale never changes sign (the stored format keeps them as float16 magnitudes);
-* with ``signs=True`` also the sign matrices, through latent real factors initialised at ``+-1`` and a
-  straight-through estimator (``sign`` forward, identity backward inside ``[-1, 1]``), as LittleBit's QAT does.
+The signs stay those of the post-training fit. Training them too (latent real factors at ``+-1`` behind a
+straight-through ``sign``, as LittleBit's QAT does) was tried: in 30 steps at the default step no sign can cross
+zero, so it only adds 48M Adam parameters (SmolLM2 at 0.55 bpw: the same KL and perplexity, 2,648 vs 2,650); making
+it pay needs a longer run with a smaller latent start than a CPU session affords.
 
 Nothing else changes: the ranks, the packed layout and so the bits per weight stay those of the post-training fit.
 At the end every layer is written back through the checkpoint format (signs packed, scales rounded to float16)
@@ -38,7 +39,6 @@ class DistillConfig:
     lr: float = 1e-2
     batch: int = 1
     seed: int = 0
-    signs: bool = False
 
     def __post_init__(self) -> None:
         if self.steps < 0 or self.batch < 1 or not self.lr > 0:
@@ -60,34 +60,17 @@ class DistillReport:
                 "layers": self.layers, "parameters": self.parameters}
 
 
-class _SignSTE(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return torch.where(x >= 0, 1.0, -1.0).to(x.dtype)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return grad * (x.abs() <= 1).to(grad.dtype)
-
-
 class TrainablePaths(nn.Module):
-    """``sum_p diag(u1) U diag(latent) V^T diag(v2)`` with trainable log-scales (and signs, optionally); used as
-    a parametrisation of the layer's weight."""
+    """``sum_p diag(u1) U diag(latent) V^T diag(v2)`` with trainable log-scales and fixed signs; used as a
+    parametrisation of the layer's weight."""
 
-    def __init__(self, paths: list[BinaryLowRankPath], signs: bool):
+    def __init__(self, paths: list[BinaryLowRankPath]):
         super().__init__()
-        self.signs_trainable = signs
         self.n = len(paths)
         for k, p in enumerate(paths):
             U, V = p.signs()
-            if signs:
-                self.register_parameter(f"U{k}", nn.Parameter(U.clone()))
-                self.register_parameter(f"V{k}", nn.Parameter(V.clone()))
-            else:
-                self.register_buffer(f"U{k}", U)
-                self.register_buffer(f"V{k}", V)
+            self.register_buffer(f"U{k}", U)
+            self.register_buffer(f"V{k}", V)
             for name in ("u1", "latent", "v2"):
                 base = getattr(p, name).float()
                 self.register_buffer(f"{name}0_{k}", base)
@@ -96,10 +79,7 @@ class TrainablePaths(nn.Module):
     def factors(self, k: int) -> tuple[torch.Tensor, ...]:
         u1, latent, v2 = (getattr(self, f"{n}0_{k}") * torch.exp(getattr(self, f"{n}_{k}"))
                           for n in ("u1", "latent", "v2"))
-        U, V = getattr(self, f"U{k}"), getattr(self, f"V{k}")
-        if self.signs_trainable:
-            U, V = _SignSTE.apply(U), _SignSTE.apply(V)
-        return u1, U, latent, V, v2
+        return u1, getattr(self, f"U{k}"), latent, getattr(self, f"V{k}"), v2
 
     def forward(self, _weight: torch.Tensor) -> torch.Tensor:
         total = 0
@@ -113,7 +93,6 @@ class TrainablePaths(nn.Module):
         out = []
         for k in range(self.n):
             u1, U, latent, V, v2 = self.factors(k)
-            U, V = torch.where(U >= 0, 1.0, -1.0), torch.where(V >= 0, 1.0, -1.0)
             out.append(BinaryLowRankPath.from_factors(u1, U, latent, V, v2))
         return out
 
@@ -135,7 +114,7 @@ def distill(model: nn.Module, teacher: nn.Module, quantized, chunks: torch.Tenso
 
     method = quantized.config.method
     if method not in METHODS:
-        raise BitforgeError(f"--distill-steps: distillation trains LittleBit-2's scales and signs; method {method} has "
+        raise BitforgeError(f"--distill-steps: distillation trains LittleBit-2's scale vectors; method {method} has "
                             f"no trainable form here (supported: {', '.join(METHODS)})")
     report = DistillReport(cfg.steps)
     if cfg.steps == 0:
@@ -144,7 +123,7 @@ def distill(model: nn.Module, teacher: nn.Module, quantized, chunks: torch.Tenso
     mods: dict[str, TrainablePaths] = {}
     for name, rec in quantized.layers.items():
         paths = [BinaryLowRankPath.from_tensors(rec.tensors, p) for p in rec.meta["paths"]]
-        mods[name] = TrainablePaths(paths, cfg.signs)
+        mods[name] = TrainablePaths(paths)
         parametrize.register_parametrization(linears[name], "weight", mods[name], unsafe=True)
     params = [p for m in mods.values() for p in m.parameters()]
     report.layers, report.parameters = len(mods), sum(p.numel() for p in params)

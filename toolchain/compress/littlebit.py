@@ -19,7 +19,8 @@ inference (it is folded into the signs), and the iteration starts from a seeded 
 Rank comes from the bit budget ``cfg.bpw``: every stored bit of both paths counts (packed signs
 ``r * (out + in)`` when ``out`` and ``in`` are multiples of 8, float16 ``u1``, ``latent`` and ``v2``).
 
-The papers continue with quantization-aware training and distillation; this is the post-training part only.
+The papers continue with quantization-aware training and distillation; this is the post-training part, and
+:mod:`.distill` the (optional, short) training that follows it (``bitforge quantize --distill-steps N``).
 Their initialisation is data-free; ``options["act_scale"]`` (default off, not from the papers) fits
 ``W diag(s)`` with ``s = sqrt(diag(E[x x^T]))`` and folds ``1/s`` into ``v2``, so that the weight error is
 weighted by the input channels' energy as the layer output's error is. (Exact alternating least squares on

@@ -72,6 +72,17 @@ def test_basis_choice():
         basis_choice(t1_reference(), "lut")
 
 
+def test_banks_deeper_than_lut_ram_ask_for_block_ram():
+    attr = '(* ram_style = "block" *) reg'
+    shallow = generate_kan_learner(kan_learner(G=61, init="zeros"))  # 64 coefficients: banks of 16 words
+    deep = generate_kan_learner(kan_learner(sizes=(2, 2, 1), G=62, init="zeros"))  # 65: banks of 17 words
+    assert attr not in next(iter(shallow.files.values()))
+    assert shallow.resources["coefficient_banks"] == "LUT RAM"
+    text = next(iter(deep.files.values()))
+    assert text.count(attr) == 2 * 4 + 2 * 4  # both layers: k + 1 = 4 banks per input
+    assert deep.resources["coefficient_banks"] == "block RAM"
+
+
 def test_an_mlp_is_a_clear_error_for_the_kan_generator():
     fm = LearnerFormats.make("fixed<16,6>")
     mlp = build_learner(LearnerSpec("mlp", (2, 4, 1), formats=fm))
@@ -86,6 +97,7 @@ LINT_CASES = {
     "circuit-k3-8bit": dict(sizes=(2, 1), datapath="fixed<8,4>", grid=(-2.0, 2.0), G=4, basis="circuit", lr=0),
     "deep-2-3-1": dict(sizes=(2, 3, 1)),
     "deep-1-2-2-2-stochastic": dict(sizes=(1, 2, 2, 2), order=2, rounding="stochastic"),
+    "deep-block-ram-banks": dict(sizes=(2, 2, 1), G=62, init="zeros"),
 }
 
 
@@ -127,6 +139,7 @@ SIM_CASES = {
     "deep-2-3-1-k3": dict(sizes=(2, 3, 1)),
     "deep-3-2-2-k2-stochastic": dict(sizes=(3, 2, 2), order=2, rounding="stochastic"),
     "deep-2-2-1-k1-circuit": dict(sizes=(2, 2, 1), order=1, basis="circuit"),
+    "deep-block-ram-banks": dict(sizes=(2, 2, 1), G=62),
 }
 
 

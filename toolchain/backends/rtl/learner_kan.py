@@ -50,10 +50,14 @@ ROM_MAX_U_BITS = 10
 #: RAM, with the bank rotation in the learn stage; smaller ones are LUTs read in the front cycle, off the loop.
 #: T1's one 256-row ROM is 17 kbit (about 1,500 LUT4); T4's sixteen would be 38k LUT4s of an ECP5-85F.
 ROM_LUT_MAX_BITS = 32_768
-#: Coefficient banks deeper than this ask synthesis for block RAM (``ram_style = "block"``); shallower ones are left
-#: to it (they become LUT RAM). 16 words is ECP5's LUT RAM primitive (DPR16X4): a deeper bank was two of them
-#: plus a read multiplexer per bit, logic that grows with G. Measured on the T4 KAN [16, 1] post-route on ECP5:
-#: G = 96 (banks of 25 words) took 24,522 LUTs against 19,641 at G = 6 (1.25x; LUT4 cells alone 1.15x).
+#: First-layer coefficient banks deeper than this ask synthesis for block RAM (``ram_style = "block"``); shallower
+#: ones are left to it (they become LUT RAM). 16 words is ECP5's LUT RAM primitive (DPR16X4): a deeper bank was two
+#: of them plus a read multiplexer per bit, logic that grows with G. Measured on the T4 KAN [16, 1] post-route on
+#: ECP5: G = 96 (banks of 25 words) took 24,522 LUTs against 19,641 at G = 6 (1.25x; LUT4 cells alone 1.15x).
+#: Such banks also carry ``no_rw_check``: the word read on the edge that writes the same address is never used
+#: (write-to-read forwarding replaces it, and a read-back only fires with the pipeline drained, when nothing
+#: writes), so synthesis need not build the bypass that makes a block RAM return the old word (at G = 96 without
+#: it: +1,900 flip-flops, 6,022 against 4,101). Hidden layers read their banks combinationally (LUT RAM only).
 BANK_LUTRAM_MAX_DEPTH = 16
 
 
@@ -183,7 +187,7 @@ def generate_kan_learner(learner: Learner, name: str | None = None, basis: str =
         in_w=in_w, out_w=out_w, sb_w=n_out * dp.width + 2, lr_shift=spec.rule.lr_shift,
         grid_lo=n.grid_lo, grid_hi=n.grid_hi, word_w=n_out0 * st.width, r_w=max(1, _clog2(k1)),
         pow2=k1 & (k1 - 1) == 0, rb_byte_w=max(1, _clog2(-(-rb_data_w // 8))), sizes=list(spec.sizes),
-        bank_attr='(* ram_style = "block" *) ' if depth > BANK_LUTRAM_MAX_DEPTH else "",
+        bank_attr='(* ram_style = "block", no_rw_check *) ' if depth > BANK_LUTRAM_MAX_DEPTH else "",
     )
     ctx["sums"] = [_balanced_sum([_sext(f"pr_{o}_{i}_{j}", prod_w, sum_w) for i in range(n_in) for j in range(k1)])
                    for o in range(n_out0)]
@@ -196,7 +200,8 @@ def generate_kan_learner(learner: Learner, name: str | None = None, basis: str =
     resources = {
         "multipliers": 2 * products + backprop + index + n_in * ({1: 0, 2: 1, 3: 2}[k] if closed else 0),
         "coefficient_bits": sum(m.in_features * k1 * depth * m.out_features * st.width for m in nodes),
-        "coefficient_banks": "block RAM" if depth > BANK_LUTRAM_MAX_DEPTH else "LUT RAM",
+        "coefficient_banks": ("block RAM" if depth > BANK_LUTRAM_MAX_DEPTH else "LUT RAM") + (
+            ", hidden layers LUT RAM" if deep else ""),
         "basis": "closed_form circuit" if closed else
         f"{'block-RAM' if rom_sync else 'LUT'} rom ({n.basis_impl} table)",
         "rom_bits": (0 if closed else n_in * (1 << n.u_bits) * k1 * bt.width)

@@ -265,8 +265,10 @@ def _run_setting(model, split, s: Setting, opts: BenchOptions, cache, log, progr
             row.wall_seconds += report.seconds
         ppl = perplexity(model, split.eval, batch_size=max(1, opts.batch_size // 2))
         row.ppl, row.eval_seconds = ppl.ppl, ppl.seconds
+        kd = (f" (distillation {row.distill['seconds']:.1f} s, KL {row.distill['kl_first']:.2f} -> "
+              f"{row.distill['kl_last']:.2f})") if row.distill else ""
         log(f"{s.label}: {q.bpw:.3f} bpw, perplexity {ppl.ppl:.3f}, method {q.method_seconds:.1f} s, "
-            f"wall {q.wall_seconds:.1f} s")
+            f"wall {row.wall_seconds:.1f} s{kd}")
     except BitforgeError as e:
         row.status = f"refused: {e}"
         log(f"{s.label}: refused: {e}")

@@ -272,7 +272,7 @@ def test_cli_help_lists_the_rtl_suite(capsys):
         main(["bench", "--help"])
     assert e.value.code == 0
     text = capsys.readouterr().out
-    assert "{emulate,rtl,compress,online}" in text and "--designs" in text and "bench rtl --designs jet-mlp-layer1" in text
+    assert "{emulate,rtl,compress,neuqi,online}" in text and "--designs" in text and "bench rtl --designs jet-mlp-layer1" in text
 
 
 def test_cli_unknown_design_is_a_user_error(capsys):

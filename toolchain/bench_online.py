@@ -508,11 +508,11 @@ def options_from_args(args) -> OnlineBenchOptions:
     kan_targets = target_list(args.kan_targets)
     # The >50k-parameter learner is an ecp5-85f point: part of the full KAN sweep on that target (a narrowed
     # --kan-grids, e.g. one point again with another --pnr-seed, leaves it out).
-    full_sweep = args.kan_grids == ",".join(map(str, KAN_GRIDS))
-    big = "big" in parts or ("scaling" in parts and "ecp5-85f" in kan_targets and full_sweep)
+    kan_grids = tuple(int(v) for v in args.kan_grids.split(",") if v.strip())
+    big = "big" in parts or ("scaling" in parts and "ecp5-85f" in kan_targets and kan_grids == KAN_GRIDS)
     return OnlineBenchOptions(work=Path(args.online_work), accuracy="accuracy" in parts, t5="t5" in parts, hardware="hardware" in parts,
                               scaling="scaling" in parts, big=big,
-                              kan_grids=tuple(int(v) for v in args.kan_grids.split(",")),
+                              kan_grids=kan_grids,
                               mlp_widths=tuple(int(v) for v in args.mlp_widths.split(",")),
                               mlp_targets=target_list(args.mlp_targets), kan_targets=kan_targets,
                               targets=targets, t5_episodes=args.t5_episodes, cached_flows=args.cached_flows,

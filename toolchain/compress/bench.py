@@ -24,7 +24,7 @@ from ..errors import BitforgeError
 from .api import CompressConfig
 
 QUICK_CALIB_CHUNKS = 4
-# LittleBit-2 + distillation rows: steps of one 512-token chunk (see distill.py; 10-20 s a step on 2 CPU cores).
+# LittleBit-2 + distillation rows: steps of one 512-token chunk (see distill.py; 17-21 s a step on 2 shared cores).
 DISTILL_STEPS, QUICK_DISTILL_STEPS, DISTILL_LR = 50, 10, 1e-2
 
 # Measured on SmolLM2-135M (Q4_1 dequantized) and this text, ctx 512, 8 x 512 tokens (the reference points).

@@ -5,12 +5,14 @@ errors of 210 layers compound: the model's perplexity is far above its vocabular
 papers recover with quantization-aware training against the float model. This module is that step, scaled to a
 CPU: the student is the compressed model, the teacher the model as loaded, the loss the KL divergence of the
 teacher's next-token distribution to the student's over every position of the calibration chunks (the text the
-evaluation never sees), Adam on the three scale vectors of every path (``u1``, ``latent``, ``v2``), parametrised as ``s0 exp(theta)`` so that
-a step is relative and a scale never changes sign (the stored format keeps them as float16 magnitudes).
+evaluation never sees), Adam on the three scale vectors of every path (``u1``, ``latent``, ``v2``), parametrised
+as ``s0 exp(theta)`` so that a step is relative and a scale never changes sign (the stored format keeps them as
+float16 magnitudes).
 
 The signs stay those of the post-training fit. Training them too (latent real factors at ``+-1`` behind a
 straight-through ``sign``, as LittleBit's QAT does) was tried: in 30 steps at the default step no sign can cross
-zero, so it only adds 48M Adam parameters (SmolLM2 at 0.55 bpw: the same KL and perplexity, 2,648 vs 2,650); making
+zero, so it only adds 48M Adam parameters (SmolLM2 at 0.55 bpw, a scratch check: the same KL and perplexity,
+2,648 vs 2,650); making
 it pay needs a longer run with a smaller latent start than a CPU session affords.
 
 Nothing else changes: the ranks, the packed layout and so the bits per weight stay those of the post-training fit.

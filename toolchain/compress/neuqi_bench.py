@@ -184,7 +184,6 @@ def run(model_spec: str, text_cfg, blocks, settings, variants, log=print, progre
     t0 = time.perf_counter()
     layers = collect_layers(lm.model, split.calib, tuple(blocks))
     log(f"{len(layers)} layers of blocks {list(blocks)} with their input energies in {time.perf_counter() - t0:.1f} s")
-    torch.manual_seed(0)
     rows = measure(layers, settings, variants, progress)
     return Result(source.spec, list(blocks), len(layers), text_cfg.to_json(), rows)
 

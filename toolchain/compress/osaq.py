@@ -21,10 +21,11 @@ With the softmax term standing in for ``m^2``, dividing by ``tr(H) / (3 q^2)`` g
 ``beta`` shrinks the smallest eigenvalues towards the mean: estimated from a few thousand tokens they are biased low
 (on SmolLM2 the change's output energy on held-out tokens was 2-30x its calibration value), and ``mu / in`` keeps
 the system definite. Without this term (a constant ``mu1``, the first version of this module) OSAQ + RTN at W3 g64
-*raised* SmolLM2's perplexity from 42.7 to 63.4: on held-out tokens the change cost more output error than the
-smaller range saved (per layer, 7 % more output error than RTN, geometric mean over 28 layers of blocks 0, 10, 20,
-29). With it, the null space can be larger, and the layers' held-out output error falls 24 % below RTN's (every
-layer lower); see ``docs/compress.md``.
+*raised* SmolLM2's perplexity from 42.7 to 63.4 (``bitforge bench compress``): on held-out tokens the change cost
+more output error than the smaller range saved (per layer, 7 % more output error than RTN, geometric mean over 28
+layers of blocks 0, 10, 20, 29; this and the per-layer ratios below are hand checks from scratch scripts, not a
+repo command). With it, the null space can be larger, and the layers' held-out output error falls 24 % below
+RTN's (every layer lower); see ``docs/compress.md``.
 
 Choices where the paper's constants were not available to us (each is an option in ``cfg.options``):
 

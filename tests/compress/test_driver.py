@@ -169,6 +169,21 @@ def test_sequential_calibrates_later_blocks_on_compressed_outputs_float_does_not
     torch.testing.assert_close(rec.seen["model.layers.1.self_attn.q_proj"].xtx, float_block1)
 
 
+def test_sequential_statistics_pass_stops_before_the_last_linear_runs(method):
+    """The statistics pass needs every linear's input, not the block's output: with sequential statistics it stops
+    in down_proj's pre-hook (its matmul never runs), and the last block gets no compressed forward either.
+    (The statistics themselves are checked against a full forward above.)"""
+    name, _ = method
+    calib = calib_tokens()
+    for statistics, expected in (("sequential", [2, 0]), ("float", [2, 2])):
+        model = tiny_llama()
+        ran = [0, 0]
+        for i, block in enumerate(model.model.layers):
+            block.mlp.down_proj.register_forward_hook(lambda *_, i=i: ran.__setitem__(i, ran[i] + 1))
+        quantize_model(model, calib, CompressConfig(name), statistics=statistics, batch_size=2)  # 2 batches
+        assert ran == expected, statistics
+
+
 def test_stats_cache_runs_the_forwards_once_for_all_methods(method):
     name, rec = method
     model, calib = tiny_llama(), calib_tokens()

@@ -148,3 +148,37 @@ def test_importance_of_the_wrong_length_is_refused():
 def test_bad_group_is_refused():
     with pytest.raises(BitforgeError, match="does not divide"):
         neuqi(torch.randn(4, 96), api.LayerStats.identity(96, "k_proj"), api.CompressConfig("neuqi", bits=3, group=64))
+
+
+def test_search_options_reach_the_search_and_unknown_ones_are_refused():
+    W = _heavy_tailed(16, 128, 3)
+    d = (torch.rand(128, generator=torch.Generator().manual_seed(2)) + 0.1).double()
+    stats_full = api.LayerStats(torch.diag(d), 1, "mlp.up")
+    h = stats_full.diag
+    for opts in ({"exact_top": 0}, {"exhaustive": True, "coarse": 8}):
+        via_option = neuqi(W, stats_full, api.CompressConfig("neuqi", bits=3, group=64, options=opts)).weight_hat
+        direct = quantize_neuqi(W, h, 3, 64, cfg=NeuqiConfig(**opts)).dequantize()
+        assert torch.equal(via_option, direct), opts
+    with pytest.raises(BitforgeError, match="unknown --option exact_tops; known: T, coarse"):
+        neuqi(W, stats_full, api.CompressConfig("neuqi", bits=3, group=64, options={"exact_tops": 1}))
+    with pytest.raises(BitforgeError, match="exact_top=1.5.*expected int"):
+        neuqi(W, stats_full, api.CompressConfig("neuqi", bits=3, group=64, options={"exact_top": 1.5}))
+    with pytest.raises(BitforgeError, match="rtn: unknown --option exact_top; it takes none"):
+        api.METHODS["rtn"](W, stats_full, api.CompressConfig("rtn", bits=3, group=64, options={"exact_top": 0}))
+
+
+def test_pattern_search_from_the_best_lloyd_point_is_close_to_the_default():
+    """exact_top = 0: no exact solve on the coarse grid, only at the end (about half the time)."""
+    W = _heavy_tailed(8, 128, 11)
+    h = torch.rand(128, generator=torch.Generator().manual_seed(4)) + 0.1
+
+    def loss(cfg: NeuqiConfig) -> torch.Tensor:
+        return weighted_loss(W, quantize_neuqi(W, h, 3, 64, cfg=cfg).dequantize(), h, 64).sum()
+
+    rtn = weighted_loss(W, quantize_uniform(W, 3, 64).dequantize(), h, 64).sum()
+    assert loss(NeuqiConfig(exact_top=0)) <= min(1.05 * loss(NeuqiConfig()), rtn)
+
+
+def test_neuqi_asks_the_driver_for_the_diagonal_only():
+    """NeUQI reads diag(E[x x^T]) only; the full float64 x x^T would more than double its calibration time."""
+    assert getattr(api.METHODS["neuqi"], "statistics", "full") == "diag"

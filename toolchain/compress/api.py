@@ -121,3 +121,12 @@ def check_group(W: torch.Tensor, group: int | None, layer: str = "") -> None:
         divisors = [g for g in (16, 32, 64, 128, 256) if W.shape[1] % g == 0]
         raise BitforgeError(f"{where}--group {group} does not divide the input dimension {W.shape[1]}; "
                             f"use one of {divisors or 'per-channel (no group)'}")
+
+
+def check_options(options: dict, method: str, known=()) -> None:
+    """Refuse ``--option`` keys the method does not read: a misspelt setting must not be ignored silently."""
+    known = list(known)
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise BitforgeError(f"{method}: unknown --option {', '.join(unknown)}; "
+                            + (f"known: {', '.join(known)}" if known else "it takes none"))

@@ -4,7 +4,8 @@ The calibration chunks are embedded once and the inputs of the first decoder blo
 stops the forward). Then, for each block in turn:
 
 1. run the block on its calibration inputs with :class:`.calibration.InputStats` hooks: ``x x^T`` per linear
-   (q/k/v and gate/up share one sum);
+   (q/k/v and gate/up share one sum); with sequential statistics this pass stops as soon as the last linear
+   (``down_proj``) has seen its input: its outputs are not used;
 2. compress each of the block's linears with the method and write ``weight_hat`` into the model;
 3. ``statistics="sequential"`` (default): run the block again, now compressed, and feed its outputs to the next
    block, so later layers are calibrated on the inputs they will really see; ``statistics="float"``: feed the
@@ -27,7 +28,7 @@ from torch import nn
 
 from ..errors import BitforgeError
 from .api import CompressConfig, CompressedLayer, LayerStats, check_group
-from .calibration import InputStats
+from .calibration import InputStats, StatsComplete
 from .model_io import block_linears, compressible_linears, decoder_blocks
 
 STATISTICS = ("sequential", "float")
@@ -132,6 +133,16 @@ def _run_block(block: nn.Module, batches: list[tuple[torch.Tensor, dict]]) -> li
     return [(_block_out(block(h, **kw)), kw) for h, kw in batches]
 
 
+@torch.no_grad()
+def _feed_block(block: nn.Module, batches: list[tuple[torch.Tensor, dict]]) -> None:
+    """Run ``block`` on every batch until its :class:`InputStats` hooks (``stop_when_complete``) have seen all."""
+    for h, kw in batches:
+        try:
+            block(h, **kw)
+        except StatsComplete:
+            pass
+
+
 def quantize_model(model: nn.Module, calib: torch.Tensor | None, cfg: CompressConfig, statistics: str = "sequential",
                    batch_size: int = 4, cache: StatsCache | None = None, progress=None) -> QuantizedModel:
     """Compress ``model`` in place with ``cfg.method`` (see the module docstring for the protocol).
@@ -170,8 +181,10 @@ def quantize_model(model: nn.Module, calib: torch.Tensor | None, cfg: CompressCo
         elif cache_hit:
             stats = cache.blocks[i]
         else:
-            with InputStats(linears, block, diag_only=diag_only) as hooks:
-                outputs = _run_block(block, batches)
+            # sequential: this pass only gathers statistics (the next block's inputs come from the compressed
+            # block), so it stops once the block's last linear has seen its input.
+            with InputStats(linears, block, diag_only=diag_only, stop_when_complete=statistics != "float") as hooks:
+                outputs = _run_block(block, batches) if statistics == "float" else _feed_block(block, batches)
             stats = {n: LayerStats(s.xtx, s.n_tokens, f"{prefix}.{i}.{n}") for n, s in hooks.stats().items()}
             if use_cache:
                 cache.blocks[i] = stats

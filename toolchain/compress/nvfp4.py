@@ -13,7 +13,7 @@ import torch
 
 from ...runtime.formats import nvfp4 as fmt
 from ..errors import BitforgeError
-from .api import CompressConfig, CompressedLayer, LayerStats, bits_per_weight, register
+from .api import CompressConfig, CompressedLayer, LayerStats, bits_per_weight, check_options, register
 from .checkpoint import register_decoder
 
 
@@ -40,12 +40,14 @@ def compress_nvfp4(W: torch.Tensor, variant: str, layer: str = "") -> Compressed
 @register("nvfp4")
 def nvfp4_tensor(W: torch.Tensor, stats: LayerStats, cfg: CompressConfig) -> CompressedLayer:
     """NVFP4 with one FP32 tensor scale."""
+    check_options(cfg.options, "nvfp4")
     return compress_nvfp4(W, "tensor", stats.name)
 
 
 @register("nvfp4-b128")
 def nvfp4_block128(W: torch.Tensor, stats: LayerStats, cfg: CompressConfig) -> CompressedLayer:
     """NVFP4 with an FP32 scale per 128-element outer block (TetraJet-v2 double-block)."""
+    check_options(cfg.options, "nvfp4-b128")
     return compress_nvfp4(W, "block128", stats.name)
 
 

@@ -16,7 +16,7 @@ import torch
 
 from ...runtime.formats import uniform as fmt
 from ..errors import BitforgeError
-from .api import CompressConfig, CompressedLayer, LayerStats, bits_per_weight, check_group, register
+from .api import CompressConfig, CompressedLayer, LayerStats, bits_per_weight, check_group, check_options, register
 
 MIN_BITS, MAX_BITS = 2, 8
 # The smallest positive float16 (subnormal): a stored scale must not flush to zero.
@@ -172,6 +172,7 @@ def quantize_uniform(W: torch.Tensor, bits: int, group: int | None, scale: torch
 def rtn(W: torch.Tensor, stats: LayerStats, cfg: CompressConfig) -> CompressedLayer:
     """Round to nearest on the min-max grid with 0 on it (:func:`rtn_params`): the baseline every other uniform
     method must beat."""
+    check_options(cfg.options, "rtn")
     return quantize_uniform(W, cfg.bits, cfg.group, layer=stats.name, method="rtn").to_layer("rtn")
 
 

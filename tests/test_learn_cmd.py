@@ -130,6 +130,24 @@ def test_bench_online_big_learner_joins_only_the_full_ecp5_sweep_and_the_seed_is
     assert opts().pnr_seed == 1
 
 
+def test_scaling_learners_share_formats_and_keep_the_local_coordinate_at_8_bits():
+    """Every sweep point: power-of-two grid step (a bit-sliced cell index, no index multiplier), 8 u bits (the same
+    basis table; u would otherwise run from 13 bits, beyond the basis ROM, to 8) and 18-bit coefficients."""
+    from bitforge.toolchain.bench_online import (KAN_GRIDS, SCALING_GRID_RANGE, SCALING_U_BITS, _formats, _learner,
+                                                 big_kan_learner, scaling_formats)
+    from bitforge.toolchain.bspline import index_params
+
+    for G in KAN_GRIDS:
+        L = _learner("t4", "kan", grid_size=G, grid_range=SCALING_GRID_RANGE, formats=scaling_formats(G))
+        _, mult, _, u_bits = index_params(*SCALING_GRID_RANGE, G, L.spec.formats.input)
+        assert mult == 1 and u_bits == SCALING_U_BITS, G
+        assert _formats(L) | {"input": None} == {"input": None, "datapath": "<14,2>", "coeff_bits": 18}
+        assert L.spec.formats.input.width == 16
+    big = big_kan_learner()
+    assert big.n_params == 65_536 and _formats(big) == {"input": "<16,2>", "datapath": "<14,2>", "coeff_bits": 18}
+    assert _formats(_learner("t4", "mlp", sizes=(16, 32, 1), formats=scaling_formats()))["coeff_bits"] == 18
+
+
 @pytest.mark.slow
 def test_flow_learn_t1_reaches_an_ecp5_bitstream(tmp_path):
     out = tmp_path / "t1"

@@ -44,14 +44,33 @@ LUTRAM_CELLS = ("RAM32", "RAM64", "RAM128", "RAM256", "TRELLIS_DPR")
 #: The public HLS KAN learner on T1 (RESEARCH.md): an HLS estimate on an UltraScale+ part.
 PUBLIC_T1 = {"design": "public HLS KAN [1,1] G=5 (T1)", "target": "UltraScale+ (HLS estimate)",
              "latency_cycles": 11, "latency_ns": 55.0, "ii": 12, "lut": 2695, "dsp": 9}
-#: The scaling sweep's large learner: KAN [16, 1] with G = 4093 cells of 2**-11 on [-1, 0.9985) (the cell index
-#: is a bit slice; 4096 coefficients per edge fill 1024-word banks exactly), 65,536 coefficients. Its inputs
-#: are fixed<16,2> so that a cell spans 8 input LSBs (3 u bits); datapath fixed<14,2> (T4's targets are +-1) with
-#: 4 guard bits: 18-bit coefficients, one 1k x 18 block RAM per bank (64 in all). With <16,4> and 8 guard bits
-#: (24-bit words, 128 block RAMs next to 128 of the 156 multipliers) router2 stalled at ~6,000 overused wires
-#: after 40 minutes.
-BIG_KAN = {"sizes": (16, 1), "grid_size": 4093, "grid_range": (-1.0, -1.0 + 4093 / 2048), "input": "fixed<16,2>",
-           "datapath": "fixed<14,2>", "guard_bits": 4}
+#: The scaling sweep's formats, shared by every KAN and MLP point and the large learner: 16-bit inputs (T4's are
+#: clipped to [-1, 1]), datapath fixed<14,2> (T4's targets are +-1) with 4 guard bits, so coefficients and weights
+#: are 18 bits: one 18 x 18 multiplier per product and one 1k x 18 block RAM per deep bank. With T4's own <16,6>
+#: and 8 guard bits (24-bit words) router2 stalled on the ecp5-85f beyond G = 24 (1,300-2,400 overused wires at
+#: G = 96, also on a power-of-two grid), and the large learner at <16,4> with 8 guard bits (24-bit words, 128 block
+#: RAMs next to 128 of the 156 multipliers) at ~6,000 after 40 minutes.
+SCALING_FORMATS = {"datapath": "fixed<14,2>", "guard_bits": 4}
+#: A KAN point's 16-bit input puts its binary point so that a cell spans 2**SCALING_U_BITS codes: the local
+#: coordinate has 8 bits at every G and the basis is the same 256-entry table (with <16,2> for all, u would be 12
+#: bits at G = 6 (the cap of index_params), past the basis ROM's 10-bit limit: a closed-form circuit with 160
+#: multipliers, more than the part has).
+SCALING_U_BITS = 8
+#: The sweep's KAN grid: 3 units wide, so that every G = 6 * 2**n has a power-of-two step (3 / G) and the cell
+#: index is a bit slice at every point (on T4's own (-1, 1) the step 2 / G is not a power of two: sixteen index
+#: multipliers more). The sweep measures what G costs, not the multiplier a badly chosen grid adds.
+SCALING_GRID_RANGE = (-1.5, 1.5)
+#: The sweep's large learner: KAN [16, 1] with G = 4093 cells of 2**-11 on [-1, 0.9985) (the cell index is a bit
+#: slice; 4096 coefficients per edge fill 1024-word banks exactly), 65,536 coefficients; a cell spans 8 input LSBs
+#: (3 u bits); one 1k x 18 block RAM per bank (64 in all).
+BIG_KAN = {"sizes": (16, 1), "grid_size": 4093, "grid_range": (-1.0, -1.0 + 4093 / 2048)}
+#: The scaling table's caption (docs/bench-online.md).
+SCALING_NOTE = ("Every scaling point is built in the same formats (`bench_online.SCALING_FORMATS`): datapath "
+                "`<14,2>`, 18-bit coefficients and weights (4 guard bits), 16-bit inputs. The KAN sweep's grid is "
+                "(-1.5, 1.5), whose step 3 / G is a power of two, and its input's binary point leaves 8 bits of "
+                "local coordinate at every G (`<16,7>` at G = 6 to `<16,2>` at G = 192); the >50k-parameter KAN has "
+                "cells of 2^-11 from -1 and `<16,2>` inputs (3 bits). The hardware table's T4 rows use T4's own "
+                "formats instead.")
 
 
 @dataclass
@@ -290,31 +309,55 @@ def hardware_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]
     return rows
 
 
-def scaling_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
+def scaling_formats(grid_size: Optional[int] = None):
+    """The sweep's formats; for a KAN on :data:`SCALING_GRID_RANGE` with a power-of-two step, the 16-bit input
+    with :data:`SCALING_U_BITS` bits below the cell index (fixed<16,7> at G = 6 ... fixed<16,2> at G = 192)."""
     from .learner import LearnerFormats
 
+    f = SCALING_FORMATS
+    width, frac = 16, 16 - 2
+    cells_per_unit = (grid_size or 0) / (SCALING_GRID_RANGE[1] - SCALING_GRID_RANGE[0])
+    if cells_per_unit >= 1 and cells_per_unit == 2 ** round(math.log2(cells_per_unit)):
+        frac = min(frac, SCALING_U_BITS + round(math.log2(cells_per_unit)))
+    return LearnerFormats.make(f["datapath"], guard_bits=f["guard_bits"], input=f"fixed<{width},{width - frac}>")
+
+
+def big_kan_learner():
+    """The sweep's >50k-parameter learner (:data:`BIG_KAN`) in the sweep's formats."""
+    return _learner("t4", "kan", grid_size=BIG_KAN["grid_size"], sizes=BIG_KAN["sizes"], formats=scaling_formats(),
+                    grid_range=BIG_KAN["grid_range"])
+
+
+def _formats(L) -> dict:
+    """The formats a scaling row was built with (the sweep fixes them; the table shows them)."""
+    f = L.spec.formats
+    return {"input": f"<{f.input.width},{f.input.integer}>", "datapath": f"<{f.datapath.width},{f.datapath.integer}>",
+            "coeff_bits": f.storage.width}
+
+
+def scaling_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
     rows = []
     for G in options.kan_grids if options.scaling else ():
-        L = _learner("t4", "kan", grid_size=G)
+        L = _learner("t4", "kan", grid_size=G, grid_range=SCALING_GRID_RANGE, formats=scaling_formats(G))
         for target in options.kan_targets:
             progress(f"scaling: T4 KAN [16,1] G={G} on {target}")
-            rows.append({"knob": G, **_implement_learner(L, f"kan_g{G}", target, options.work / "scaling",
-                                                         progress, "t4", "kan", options.pnr_seed)})
+            rows.append({"knob": G, **_formats(L),
+                         **_implement_learner(L, f"kan_g{G}", target, options.work / "scaling", progress, "t4", "kan",
+                                              options.pnr_seed)})
     if options.big:
-        fm = LearnerFormats.make(BIG_KAN["datapath"], guard_bits=BIG_KAN["guard_bits"], input=BIG_KAN["input"])
-        L = _learner("t4", "kan", grid_size=BIG_KAN["grid_size"], sizes=BIG_KAN["sizes"], formats=fm,
-                     grid_range=BIG_KAN["grid_range"])
+        L = big_kan_learner()
         progress(f"scaling: T4 KAN {list(L.spec.sizes)} G={BIG_KAN['grid_size']} "
                  f"({int(L.layers()[0].coeffs.size):,} parameters) on ecp5-85f")
-        rows.append({"knob": BIG_KAN["grid_size"], "big": True,
+        rows.append({"knob": BIG_KAN["grid_size"], "big": True, **_formats(L),
                      **_implement_learner(L, f"kan_g{BIG_KAN['grid_size']}", "ecp5-85f", options.work / "scaling",
                                           progress, "t4", "kan", options.pnr_seed)})
     for W in options.mlp_widths if options.scaling else ():
-        L = _learner("t4", "mlp", sizes=(16, W, 1))
+        L = _learner("t4", "mlp", sizes=(16, W, 1), formats=scaling_formats())
         for target in options.mlp_targets:
             progress(f"scaling: T4 MLP [16,{W},1] on {target}")
-            rows.append({"knob": W, **_implement_learner(L, f"mlp_w{W}", target, options.work / "scaling",
-                                                         progress, "t4", "mlp", options.pnr_seed)})
+            rows.append({"knob": W, **_formats(L),
+                         **_implement_learner(L, f"mlp_w{W}", target, options.work / "scaling", progress, "t4", "mlp",
+                                              options.pnr_seed)})
     return rows
 
 
@@ -585,6 +628,8 @@ def markdown(res: OnlineBenchResult, command: str, images: dict[str, str]) -> st
         if not rows:
             continue
         lines += [f"## {title}", ""]
+        if rows is res.scaling:
+            lines += [SCALING_NOTE, ""]
         lines += _md_table(["design", "target", "params", "LUT", "LUTRAM", "FF", "DSP", "BRAM", "Fmax MHz", "cycles", "ns",
                             "II", "status"],
                            [[r["design"], r["target"], _n(r.get("params")), _n(r.get("lut")), _n(r.get("lutram")),

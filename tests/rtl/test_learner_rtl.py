@@ -202,11 +202,9 @@ def test_t1_10000_samples_with_stalls(tmp_path, simulator):
 def test_the_65536_parameter_learner_is_bit_exact(tmp_path):
     """The benchmark's >50k-parameter learner (``bench_online.BIG_KAN``: [16, 1], G = 4093, 1k-word block-RAM
     banks) on T4, every prediction and all 65,536 coefficients read back, on Verilator."""
-    from bitforge.toolchain.bench_online import BIG_KAN, _learner
+    from bitforge.toolchain.bench_online import big_kan_learner
 
-    fm = LearnerFormats.make(BIG_KAN["datapath"], guard_bits=BIG_KAN["guard_bits"], input=BIG_KAN["input"])
-    L = _learner("t4", "kan", grid_size=BIG_KAN["grid_size"], sizes=BIG_KAN["sizes"], formats=fm,
-                 grid_range=BIG_KAN["grid_range"])
+    L = big_kan_learner()
     assert L.n_params == 65_536
     x, t = task_codes(L, make_task("t4", 0, 2000))
     results = simulate_learner(L, x, t, work=tmp_path, simulator="verilator", seed=10)

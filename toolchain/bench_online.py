@@ -368,6 +368,7 @@ def scaling_plot(rows: list[dict], path: Path, target: str = "xcvu9p") -> Option
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     ok = [r for r in rows if r.get("status") == "ok" and not r.get("big")]
     if not ok and not any(r.get("big") and r.get("status") == "ok" for r in rows):
@@ -380,6 +381,7 @@ def scaling_plot(rows: list[dict], path: Path, target: str = "xcvu9p") -> Option
             if pts:
                 ax.plot(*zip(*pts), marker, label=model.upper())
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # 2x10^2, 3x10^2 ... overlap on a narrow panel
         ax.set_ylim(bottom=0)  # from zero: "flat" must look flat, not be magnified
         ax.set_title({"lut": "logic LUT", "lutram": "LUTRAM cells"}.get(key, key.upper()) + f" ({target})")
         ax.set_xlabel("parameters")

@@ -22,7 +22,7 @@ import torch
 from ..errors import BitforgeError
 from . import api
 from .api import CompressConfig, CompressedLayer, LayerStats, check_group, register
-from .neuqi import NeuqiConfig, check_options, neuqi_params
+from .neuqi import NEUQI_OPTIONS, NeuqiConfig, neuqi_params
 from .uniform import (
     UniformQuantized,
     check_bits,
@@ -130,10 +130,7 @@ def gptq_quantize(W: torch.Tensor, stats: LayerStats, bits: int, group: int | No
 
 def _config(cfg: CompressConfig, init: str) -> GPTQConfig:
     opts, method = cfg.options, "gptq" if init == "rtn" else "neuqi+gptq"
-    if init == "neuqi":
-        check_options(opts, method, ("damp", "block"))
-    else:
-        api.check_options(opts, method, ("damp", "block"))
+    api.check_options(opts, method, ("damp", "block") + (NEUQI_OPTIONS if init == "neuqi" else ()))
     return GPTQConfig(damp=float(opts.get("damp", 0.01)), block=int(opts.get("block", 128)), init=init,
                       neuqi=NeuqiConfig.from_options(opts, method))
 

@@ -112,6 +112,10 @@ class NeuqiConfig:
                                 f"got {self}")
 
 
+#: ``--option`` keys that reach the search (``neuqi``, and the grids of ``neuqi+gptq``).
+NEUQI_OPTIONS = tuple(f.name for f in fields(NeuqiConfig))
+
+
 class _Phases:
     """One batch of groups with their elements sorted by the fractional phase ``phi`` (see module docstring)."""
 
@@ -201,11 +205,9 @@ def _argsort_rows(phi: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(key & 0xFFFF)
 
 
-def _exact(S: _Phases, start: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact (loss, z) per group; the sweep starts at the levels around ``start`` (a Lloyd fixed point already
-    known), else around :meth:`_Phases.centre`."""
+def _exact(S: _Phases) -> tuple[torch.Tensor, torch.Tensor]:
     G = S.H.shape[0]
-    lo = torch.floor((S.centre() if start is None else start) - 0.5)
+    lo = torch.floor(S.centre() - 0.5)
     full_lo = torch.floor(S.xs.amin(-1) - S.q - 0.5)
     full_hi = torch.floor(S.xs.amax(-1) + 0.5) + 1
     lo = torch.clamp(lo, min=full_lo)
@@ -299,10 +301,10 @@ class _Search:
         self.i = torch.full((w.shape[0],), cfg.T, dtype=torch.long)
         self.offset = torch.zeros(w.shape[0])
 
-    def _exact(self, steps: torch.Tensor, offset: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Exact (loss, offset) at one step per group (``offset``: a Lloyd fixed point there, to start from)."""
+    def _exact(self, steps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Exact (loss, offset) at one step per group."""
         s = _fp16_scale(self.smm, steps, self.cfg.T)
-        loss, z = _exact(_Phases(self.w / s[:, None], self.h, self.q), None if offset is None else offset / s)
+        loss, z = _exact(_Phases(self.w / s[:, None], self.h, self.q))
         return loss * s * s, z * s
 
     def _keep(self, steps: torch.Tensor, loss: torch.Tensor, offset: torch.Tensor) -> None:
@@ -361,7 +363,7 @@ class _Search:
                 self._keep(at, cur, cur_off)
             step //= 2
         if not cfg.exhaustive:
-            self._keep(at, *self._exact(at, cur_off))
+            self._keep(at, *self._exact(at))
         s = _fp16_scale(self.smm, self.i, cfg.T)
         return s, self.offset / s
 
@@ -418,14 +420,9 @@ def quantize_neuqi(W: torch.Tensor, h: torch.Tensor, bits: int, group: int | Non
 @register("neuqi")
 def neuqi(W: torch.Tensor, stats: LayerStats, cfg: CompressConfig) -> CompressedLayer:
     """NeUQI initialisation, round to nearest."""
-    check_options(cfg.options, "neuqi", ())
+    api.check_options(cfg.options, "neuqi", NEUQI_OPTIONS)
     return quantize_neuqi(W, stats.diag, cfg.bits, cfg.group, layer=stats.name,
                           cfg=NeuqiConfig.from_options(cfg.options)).to_layer("neuqi")
-
-
-def check_options(options: dict, method: str, own: tuple[str, ...]) -> None:
-    """Refuse ``--option`` keys that neither the method (``own``) nor the NeUQI search understands."""
-    api.check_options(options, method, [*own, *(f.name for f in fields(NeuqiConfig))])
 
 
 neuqi.statistics = "diag"  # the driver then sums x_i^2 only (see LayerStats)

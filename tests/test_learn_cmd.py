@@ -144,6 +144,12 @@ def test_scaling_learners_share_formats_and_keep_the_local_coordinate_at_8_bits(
         f = _formats(L)
         assert (f["datapath"], f["coeff_bits"]) == ("<14,2>", 18)
         assert L.spec.formats.input.width == 16
+    # Why the input format follows G: with the big learner's <16,2> at G = 6 the local coordinate would have 12 bits,
+    # past the basis ROM's limit.
+    from bitforge.toolchain.backends.rtl.learner_kan import ROM_MAX_U_BITS
+
+    one_format = scaling_formats().input
+    assert index_params(*SCALING_GRID_RANGE, 6, one_format)[3] == 12 > ROM_MAX_U_BITS
     big = big_kan_learner()
     assert big.n_params == 65_536 and _formats(big) == {"input": "<16,2>", "datapath": "<14,2>", "coeff_bits": 18}
     assert _formats(_learner("t4", "mlp", sizes=(16, 32, 1), formats=scaling_formats()))["coeff_bits"] == 18

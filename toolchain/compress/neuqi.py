@@ -25,30 +25,32 @@ lower bounds evaluated at the window's ends: ``F(z) = sum h_i dist(z, [x_i - q, 
 ``P(t) = sum h_i dist(t, x_i + Z)^2`` and ``G(z) = sum h_i max(0, dist(z, span_i)^2 - 1/4)`` (an element's interior
 rounding loss is at most ``h_i/4``, which is what its clipping loss must exceed before it adds to ``P``). A window
 end is certified when a bound there exceeds the best piece found and slopes outwards; otherwise the window grows on
-that side (1, 2, 4, ... levels per round), at most to the full range, beyond which ``f`` is monotone. The result is
+that side by one level and the ends are checked again; groups still uncertified then sweep every remaining level of
+the full range (beyond which ``f`` is monotone) in one batched call. On SmolLM2's layers about 9 % of the groups need
+the second check and few the sweep; the earlier loop (growing by 1, 2, 4, ... levels until every group certified)
+spent most of its time in rounds over a handful of groups (2.1x slower in a scratch check). The result is
 the exact optimum over ``z``; the tests check it against brute force.
 
 **Scale search** (:func:`neuqi_params`). ``s = s_minmax * i / T`` with ``T = 2048``: 16 coarse points evenly over
 ``i`` in ``[T/4, T]``, then a pattern search from the best coarse point (below): try ``i +- 32``, move if better,
 halve the step, down to 1 (12 more points). Candidate scales are rounded to float16 before ``z`` is solved, so ``z``
 is optimal for the scale the checkpoint stores. Solving ``z`` exactly costs about as much as 20 Lloyd-scored
-candidates on a CPU, so candidates are scored with two Lloyd steps (``z <- sum h (x - c(z)) / H``; cold from the
-centred grid on the coarse grid, warm from the current point's offset ``z s`` in the pattern search) and the exact
-solver runs on the 3 (``exact_top``) best coarse points and on the pattern search's end point; the pattern search
-starts from the best of those exact points (``NeuqiConfig(exhaustive=True)`` solves ``z`` exactly everywhere;
-``exact_top = 0`` starts the pattern search from the best Lloyd-scored coarse point and solves exactly only at its
-end point: about half the time for a 1.6-2.1 % higher loss on SmolLM2, see ``bitforge bench neuqi``). Finally
-a group keeps the min-max grid if that is better after the float16 rounding of ``z``, so NeUQI is never worse than RTN
-on its own objective.
+candidates on a CPU, so candidates are scored with two Lloyd steps (:func:`lloyd_zero`): on the coarse grid from two
+starts (``starts``: the centred grid shifted by -1/4 and +1/4 step), in the pattern search warm from the current
+point's offset ``z s``. The exact solver runs once per group, at the pattern search's end point, and finally a group
+keeps the min-max grid if that is better after the float16 rounding of ``z``, so NeUQI is never worse than RTN on its
+own objective. ``exact_top = k`` also solves ``z`` exactly at the ``k`` best coarse points and starts the pattern
+search from the best of them; ``NeuqiConfig(exhaustive=True)`` solves ``z`` exactly everywhere.
 
-Why this search: the first version (the paper's shape: 32 coarse points over ``(0, T]``, every step within 15 of the
-coarse winner, 62 Lloyd-scored candidates, exact ``z`` at the best 3 of each stage) spent 7 of its 32 coarse points
-below ``s_minmax / 4``, where few groups end (on the layers below it put 4 of 221,184 groups there at W3 g64, 0.26 %
-at W2 g32, 0.36 % at W2 g64), and its fine stage explored under half of the gap between coarse points. On SmolLM2's
-blocks 0, 10, 20 and 29 (28 layers, diag(E[x x^T]) from 16 x 512 calibration tokens) this search reaches a 1-2 %
-lower weighted loss in 1.4-1.6x less time (W3 g64: 0.981, W2 g32: 0.990, W2 g64: 0.988 of the old loss; a hand
-check on a quiet machine). Starting the pattern search from the best *Lloyd*-scored coarse point instead reached only
-0.993 and 0.998; with one exact coarse point (``exact_top = 1``) the loss was 1.3 % above the old search's.
+Why this search (``bitforge bench neuqi``; the history in docs/compress.md): a single Lloyd start ranks coarse scales
+badly where clipping one end pays off, which is why the previous default solved ``z`` exactly at the 3 best coarse
+points (``exact_top = 3``) at twice the cost of the rest of the search. Two starts per coarse scale rank them about as
+well: on the 28 linears of SmolLM2's blocks 0, 10, 20 and 29 the weighted loss is within -0.4 % .. +0.3 % of the
+previous default's (W3 g64, W2 g32, W2 g64) in about half the time. Earlier changes, measured the same way: the
+paper's shape (32 coarse points over ``(0, T]``, every step within 15 of the coarse winner, exact ``z`` at the best
+3 of each stage) spent 7 of its 32 coarse points below ``s_minmax / 4``, where few groups end (4 of 221,184 groups at
+W3 g64 on the layers above), and its fine stage explored under half of the gap between coarse points; the pattern
+search reached a 1-2 % lower loss in 1.4-1.6x less time.
 """
 from __future__ import annotations
 
@@ -72,6 +74,9 @@ from .uniform import (
 
 # Groups handled together: keeps the [groups, n] temporaries cache-sized (about 64k floats).
 _CHUNK_ELEMENTS = 1 << 16
+# Levels swept before the first certificate: with 2 (the two around Lloyd's centre) most groups of SmolLM2's
+# layers needed a second round; 4 certify most in one (fewer, larger tensor operations).
+_WINDOW = 2
 # Elements scored per Lloyd call (several candidate scales at once: fewer, larger tensor operations).
 _LLOYD_BLOCK = 1 << 18
 
@@ -80,15 +85,17 @@ _LLOYD_BLOCK = 1 << 18
 class NeuqiConfig:
     """Scale search on the grid ``s = s_minmax * i / T``: ``coarse`` evenly spaced ``i`` over ``[low T, T]``, then a
     pattern search from the best of them (steps ``refine``, ``refine / 2``, ..., 1 either side, moving while it
-    improves). ``exact_top`` coarse candidates and the final one get the exact zero-point; the others are scored with
-    ``lloyd_iters`` Lloyd steps. ``exhaustive`` solves ``z`` exactly at every candidate instead."""
+    improves). Candidates are scored with ``lloyd_iters`` Lloyd steps (from ``starts`` shifted grids on the coarse
+    grid); the final point and the ``exact_top`` best coarse ones get the exact zero-point. ``exhaustive`` solves
+    ``z`` exactly at every candidate instead."""
 
     T: int = 2048
     coarse: int = 16
     low: float = 0.25
     refine: int = 32
-    exact_top: int = 3
+    exact_top: int = 0
     lloyd_iters: int = 2
+    starts: int = 2
     exhaustive: bool = False
 
     @staticmethod
@@ -107,9 +114,9 @@ class NeuqiConfig:
 
     def __post_init__(self) -> None:
         if (self.coarse < 2 or not 0.0 < self.low < 1.0 or self.refine < 0 or self.exact_top < 0
-                or self.lloyd_iters < 0 or self.T < self.coarse):
-            raise BitforgeError(f"NeUQI search: coarse >= 2, 0 < low < 1, refine >= 0, exact_top >= 0, T >= coarse; "
-                                f"got {self}")
+                or self.lloyd_iters < 1 or self.starts < 1 or self.T < self.coarse):
+            raise BitforgeError(f"NeUQI search: coarse >= 2, 0 < low < 1, refine >= 0, exact_top >= 0, "
+                                f"lloyd_iters >= 1, starts >= 1, T >= coarse; got {self}")
 
 
 #: ``--option`` keys that reach the search (``neuqi``, and the grids of ``neuqi+gptq``).
@@ -145,34 +152,45 @@ class _Phases:
         return new
 
     def _scan(self, M1_0, M2_0, ha, hpa, L):
-        """Best piece of a level from its base sums and the sorted active weights (j = 0..n)."""
+        """Best piece of each level from its base sums and the sorted active weights (j = 0..n): ``M1_0``,
+        ``M2_0``, ``L`` are ``[G, k]`` (k levels per group), ``ha``, ``hpa`` ``[G, k, n]``."""
+        invH = self.invH[:, None]
         cs1 = ha.cumsum(-1)
         cs2 = hpa.cumsum(-1)
-        c1 = M1_0 - cs1[:, -1]
-        c2 = M2_0 - cs2[:, -1]
-        M1 = cs1.add_(c1[:, None])
-        M2 = cs2.add_(c2[:, None])
-        V = M2.sub_(M1 * M1 * self.invH[:, None])
+        c1 = M1_0 - cs1[..., -1]
+        c2 = M2_0 - cs2[..., -1]
+        M1 = cs1.add_(c1[..., None])
+        M2 = cs2.add_(c2[..., None])
+        V = M2.sub_(M1 * M1 * invH[..., None])
         v, j = V.min(-1)
-        t = M1.gather(-1, j[:, None]).squeeze(-1) * self.invH
-        v0 = c2 - c1 * c1 * self.invH
+        t = M1.gather(-1, j[..., None]).squeeze(-1) * invH
+        v0 = c2 - c1 * c1 * invH
         first = v0 < v
-        return torch.where(first, v0, v), L + torch.where(first, c1 * self.invH, t)
+        return torch.where(first, v0, v), L + torch.where(first, c1 * invH, t)
 
-    def level(self, L: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Smallest piece minimum on level ``L`` (per group) and its ``z``."""
+    def levels(self, L: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Smallest piece minimum on each level of ``L`` (``[G, k]``) and its ``z``, both ``[G, k]``."""
         q = self.q
-        u = self.ms - L[:, None]
+        u = self.ms[:, None, :] - L[..., None]
         r = u - u.clamp(0, q)                    # how far a clipped element lies beyond the grid, in steps
         act = (u >= 0).logical_and_(u < q)
-        hr = self.hs * r
-        M1_0 = self.M1P + hr.sum(-1)
-        M2_0 = self.M2P + hr.mul_(self.w1 + r).sum(-1)
-        return self._scan(M1_0, M2_0, self.hs * act, self.hp2 * act, L)
+        hs = self.hs[:, None, :]
+        hr = hs * r
+        M1_0 = self.M1P[:, None] + hr.sum(-1)
+        M2_0 = self.M2P[:, None] + hr.mul_(self.w1[:, None, :] + r).sum(-1)
+        return self._scan(M1_0, M2_0, hs * act, self.hp2[:, None, :] * act, L)
+
+    def best_level(self, L: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The best piece over the levels ``L`` (``[G, k]``): (loss, z), ``[G]`` each."""
+        v, z = self.levels(L)
+        i = v.argmin(-1, keepdim=True)
+        return v.gather(-1, i).squeeze(-1), z.gather(-1, i).squeeze(-1)
 
     def periodic_min(self) -> torch.Tensor:
         """``P_min``: the loss with clipping ignored (every element interior), minimised over the phase."""
-        return self._scan(self.M1P, self.M2P, self.hs, self.hp2, torch.zeros_like(self.H))[0].clamp_(min=0)
+        v, _ = self._scan(self.M1P[:, None], self.M2P[:, None], self.hs[:, None], self.hp2[:, None],
+                          torch.zeros_like(self.M1P[:, None]))
+        return v[:, 0].clamp_(min=0)
 
     def bounds(self, z: torch.Tensor, pmin: torch.Tensor):
         """Lower bounds of ``f`` valid beyond ``z``: (F, F' sign, P_min + G, G' sign)."""
@@ -210,16 +228,12 @@ def _exact(S: _Phases) -> tuple[torch.Tensor, torch.Tensor]:
     lo = torch.floor(S.centre() - 0.5)
     full_lo = torch.floor(S.xs.amin(-1) - S.q - 0.5)
     full_hi = torch.floor(S.xs.amax(-1) + 0.5) + 1
-    lo = torch.clamp(lo, min=full_lo)
-    best, bz = S.level(lo)
-    v, z = S.level(lo + 1)
-    b = v < best
-    best, bz = torch.where(b, v, best), torch.where(b, z, bz)
-    hi = lo + 2                                      # levels [lo, hi) are swept
+    lo = torch.clamp(lo - _WINDOW // 2 + 1, min=full_lo)
+    hi = lo + _WINDOW                                # levels [lo, hi) are swept
+    best, bz = S.best_level(lo[:, None] + torch.arange(_WINDOW, dtype=lo.dtype))
     pmin = S.periodic_min()
     todo = torch.arange(G)
-    step = 1
-    while todo.numel():
+    for step in (1, 2):
         sub = S if todo.numel() == G else S.subset(todo)
         bt = best[todo]
         tol = 1e-6 * (bt + sub.H)
@@ -229,24 +243,43 @@ def _exact(S: _Phases) -> tuple[torch.Tensor, torch.Tensor]:
         done = bt <= 1e-7 * sub.H                     # a zero loss (to float32 precision) cannot be beaten
         ok_l = done | (l <= full_lo[todo]) | ((Fl >= bt + tol) & (dFl <= 0)) | ((Gl >= bt + tol) & (dGl <= 0))
         ok_h = done | (h >= full_hi[todo]) | ((Fh >= bt + tol) & (dFh >= 0)) | ((Gh >= bt + tol) & (dGh >= 0))
+        checked, todo = todo, todo[~(ok_l & ok_h)]
+        if not todo.numel() or step == 2:
+            break
         for ok, edge in ((ok_l, "lo"), (ok_h, "hi")):
-            grow = todo[~ok]
+            grow = checked[~ok]
             if not grow.numel():
                 continue
             part = S.subset(grow)
-            for k in range(step):                     # the window grows geometrically: few certificate rounds
-                L = lo[grow] - 1 if edge == "lo" else hi[grow]
-                v, z = part.level(L)
-                b = v < best[grow]
-                best[grow] = torch.where(b, v, best[grow])
-                bz[grow] = torch.where(b, z, bz[grow])
-                if edge == "lo":
-                    lo[grow] = L
-                else:
-                    hi[grow] = L + 1
-        todo = todo[~(ok_l & ok_h)]
-        step *= 2
+            ks = torch.arange(step, dtype=lo.dtype)
+            L = lo[grow, None] - 1 - ks if edge == "lo" else hi[grow, None] + ks
+            _keep_best(best, bz, grow, *part.best_level(L))
+            if edge == "lo":
+                lo[grow] -= step
+            else:
+                hi[grow] += step
+    if todo.numel():
+        _sweep_rest(S, todo, lo, hi, full_lo, full_hi, best, bz)
     return best.clamp_(min=0), bz
+
+
+def _keep_best(best, bz, rows, v, z) -> None:
+    b = v < best[rows]
+    best[rows] = torch.where(b, v, best[rows])
+    bz[rows] = torch.where(b, z, bz[rows])
+
+
+def _sweep_rest(S: _Phases, todo, lo, hi, full_lo, full_hi, best, bz) -> None:
+    """Every level of ``[full_lo, full_hi)`` outside the swept window ``[lo, hi)``, for the groups in ``todo``."""
+    width = int((full_hi[todo] - full_lo[todo]).max())
+    ks = torch.arange(width, dtype=lo.dtype)
+    per = max(1, _CHUNK_ELEMENTS * 4 // (width * S.ps.shape[-1]))
+    for i in range(0, todo.numel(), per):
+        rows = todo[i:i + per]
+        L = full_lo[rows, None] + ks
+        swept = (L >= lo[rows, None]) & (L < hi[rows, None]) | (L >= full_hi[rows, None])
+        L = torch.where(swept, lo[rows, None], L)     # an already swept level changes nothing
+        _keep_best(best, bz, rows, *S.subset(rows).best_level(L))
 
 
 def _chunks(n_rows: int, n_cols: int):
@@ -269,18 +302,37 @@ def exact_zero(x: torch.Tensor, h: torch.Tensor, q: int) -> tuple[torch.Tensor, 
 
 
 def lloyd_zero(x: torch.Tensor, h: torch.Tensor, q: int, z: torch.Tensor | None = None,
-               iters: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
-    """Cheap score of a scale: ``iters`` Lloyd steps ``z <- sum h (x - c(z)) / H`` (each never increases the loss)
-    from ``z`` (default: the centred min-max grid); returns (loss with re-rounded codes, z). ``x``: ``[..., n]``,
-    ``h`` broadcastable to it."""
+               iters: int = 2, starts: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cheap score of a scale: ``iters`` Lloyd steps (round to the grid at ``z``, then move ``z`` to the best offset
+    for those codes, ``z <- z + sum h (y - c) / H`` with ``y = x - z``; no step increases the loss) from ``z``.
+    Returns (the loss of the last codes at their best ``z``, that ``z``): an upper bound of the loss at ``z``,
+    computed from the last step's sums (``sum h (e - dz)^2`` with ``e = y - c`` small, so float32 does not cancel
+    against ``z^2``) instead of rounding once more: 2 steps cost 14 tensor passes instead of 21. ``x``:
+    ``[..., n]``, ``h`` broadcastable to it; ``iters >= 1``.
+
+    Without ``z`` the steps start from the centred min-max grid, or, with ``starts = K > 1``, from ``K`` grids
+    shifted by ``(j + 1/2) / K - 1/2`` steps around it, keeping the best: Lloyd stops in the local minimum nearest
+    its start, and the pieces of the loss repeat with period one step, so starts spread over one step see the
+    minima that a single start misses (where clipping at one end pays off)."""
     if z is None:
         z = 0.5 * (x.amin(-1) + x.amax(-1) - q)
-    H = h.sum(-1)
+        if starts > 1:    # one start at a time: about 10 % faster here than a [..., starts, n] broadcast
+            loss, best = lloyd_zero(x, h, q, z + (0.5 / starts - 0.5), iters)
+            for j in range(1, starts):
+                other, zj = lloyd_zero(x, h, q, z + ((j + 0.5) / starts - 0.5), iters)
+                better = other < loss
+                loss, best = torch.where(better, other, loss), torch.where(better, zj, best)
+            return loss, best
+    invH = 1.0 / h.sum(-1)
     for _ in range(iters):
-        c = torch.round(x - z.unsqueeze(-1)).clamp_(0, q)
-        z = (h * c.neg_().add_(x)).sum(-1) / H
-    e = torch.round(x - z.unsqueeze(-1)).clamp_(0, q).add_(z.unsqueeze(-1)).sub_(x)
-    return e.mul_(e).mul_(h).sum(-1), z
+        y = x - z.unsqueeze(-1)
+        e = torch.round(y).clamp_(0, q)
+        e = torch.sub(y, e, out=e)                # y - c(z), in the codes' buffer
+        he = h * e
+        s1 = he.sum(-1)
+        dz = s1 * invH
+        z = z + dz
+    return (he.mul_(e).sum(-1) - s1 * dz).clamp_(min=0), z
 
 
 def _fp16_scale(smm: torch.Tensor, i: torch.Tensor, T: int) -> torch.Tensor:
@@ -321,12 +373,13 @@ class _Search:
             return torch.stack([p[0] for p in pairs], 1), torch.stack([p[1] for p in pairs], 1)
         scales = _fp16_scale(self.smm, steps, self.cfg.T)
         loss, offset = torch.empty(steps.shape), torch.empty(steps.shape)
+        starts = self.cfg.starts if warm is None else 1
         block = max(1, _LLOYD_BLOCK // self.w.numel())
         for c in range(0, steps.shape[1], block):
             s = scales[:, c:c + block]
             x = self.w.unsqueeze(1) / s.unsqueeze(-1)
             z0 = None if warm is None else warm.unsqueeze(-1) / s
-            l, z = lloyd_zero(x, self.h.unsqueeze(1), self.q, z0, self.cfg.lloyd_iters)
+            l, z = lloyd_zero(x, self.h.unsqueeze(1), self.q, z0, self.cfg.lloyd_iters, starts)
             loss[:, c:c + block], offset[:, c:c + block] = l * s * s, z * s
         return loss, offset
 

@@ -184,6 +184,54 @@ def test_sequential_statistics_pass_stops_before_the_last_linear_runs(method):
         assert ran == expected, statistics
 
 
+def test_true_sequential_calibrates_each_linear_on_the_compressed_linears_before_it(method):
+    """true-sequential: q/k/v see the block input; o_proj sees attention computed with the compressed q/k/v;
+    gate/up and down likewise after o, gate/up: the statistics of a float block whose earlier linears were already
+    halved, measured by explicit hooks, linear by linear."""
+    name, rec = method
+    calib = calib_tokens()
+    ref = tiny_llama()
+    block = ref.model.layers[0]
+    expected = {"q": _block_input_xtx(ref, 0, calib)["q"]}
+    for key, halve in (("o", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
+                       ("gate", ("self_attn.o_proj",)), ("down", ("mlp.gate_proj", "mlp.up_proj"))):
+        with torch.no_grad():
+            for path in halve:
+                block.get_submodule(path).weight.mul_(0.5)     # what the Recorder does, in forward order
+        expected[key] = _block_input_xtx(ref, 0, calib)[key]
+    with torch.no_grad():
+        block.mlp.down_proj.weight.mul_(0.5)
+    expected_block1 = _block_input_xtx(ref, 1, calib)["q"]
+
+    model = tiny_llama()
+    calls = count_block_calls(model)
+    q = quantize_model(model, calib, CompressConfig(name), statistics="true-sequential", batch_size=1)
+    assert calls[0] == 1 + 2, "the capture of block 0's inputs, then one forward per block (all chunks, one batch)"
+    assert sorted(q.layers) == sorted(compressible_linears(model))
+    seen = {k.split("layers.0.")[1]: v for k, v in rec.seen.items() if ".layers.0." in k}
+    assert seen["self_attn.q_proj"].n_tokens == calib.numel()
+    for key, layer in (("q", "self_attn.q_proj"), ("o", "self_attn.o_proj"), ("gate", "mlp.gate_proj"),
+                       ("down", "mlp.down_proj")):
+        torch.testing.assert_close(seen[layer].xtx, expected[key], rtol=1e-9, atol=1e-9, msg=layer)
+    torch.testing.assert_close(rec.seen["model.layers.1.self_attn.q_proj"].xtx, expected_block1, rtol=1e-9, atol=1e-9)
+    # and the o_proj statistics differ from those of the (GPTQ-protocol) sequential pass, which uses the float q/k/v
+    rec.seen.clear()
+    quantize_model(tiny_llama(), calib, CompressConfig(name), statistics="sequential")
+    assert not torch.allclose(rec.seen["model.layers.0.self_attn.o_proj"].xtx, expected["o"])
+
+
+def test_true_sequential_refuses_a_calibration_set_too_large_to_hold(method, monkeypatch):
+    from bitforge.toolchain.compress import driver
+
+    name, _ = method
+    model = tiny_llama()
+    calls = count_block_calls(model)
+    monkeypatch.setattr(driver, "TRUE_SEQUENTIAL_MAX_BYTES", 1 << 16)
+    with pytest.raises(BitforgeError, match="true-sequential holds all 64 calibration tokens.*--statistics sequential"):
+        quantize_model(model, calib_tokens(), CompressConfig(name), statistics="true-sequential")
+    assert calls[0] == 0
+
+
 def test_stats_cache_runs_the_forwards_once_for_all_methods(method):
     name, rec = method
     model, calib = tiny_llama(), calib_tokens()

@@ -186,6 +186,11 @@ class InputStats:
             self.xtx[name] = flat.T @ flat
         self.tokens[name] = self.tokens.get(name, 0) + flat.shape[0]
 
+    def layer_stats(self, name: str) -> LayerStats:
+        """The statistics of one layer gathered so far (its hook must have fired)."""
+        owner = self.alias.get(name, name)
+        return LayerStats(self.xtx[owner], self.tokens[owner], name)
+
     def stats(self) -> dict[str, LayerStats]:
         """``LayerStats`` per watched layer; a layer that never ran is a bug in the caller (RuntimeError)."""
         out = {}

@@ -132,7 +132,8 @@ def test_a_diag_method_gets_the_diagonal_only_and_cannot_read_the_full_hessian(m
     quantize_model(model, calib, CompressConfig(name), batch_size=3)
     s = rec.seen["model.layers.0.mlp.down_proj"]
     assert s.diag_only and s.xtx.shape == (expected["down"].shape[0],)
-    torch.testing.assert_close(s.diag, torch.diagonal(expected["down"]) / calib.numel(), rtol=1e-10, atol=1e-12)
+    # float32 sums of squares per batch (then float64): 1e-7 relative against the float64 reference
+    torch.testing.assert_close(s.diag, torch.diagonal(expected["down"]) / calib.numel(), rtol=1e-6, atol=1e-12)
     with pytest.raises(RuntimeError, match="declared statistics = 'diag'"):
         s.hessian
 

@@ -176,14 +176,18 @@ class InputStats:
             self.alias.setdefault(name, seen[1])
             return
         self._seen[id(x)] = (x, name)  # the reference keeps id(x) from being reused within this forward
-        flat = x.detach().reshape(-1, x.shape[-1]).to(torch.float64)
+        flat = x.detach().reshape(-1, x.shape[-1])
         if self.diag_only:
-            part = flat.square().sum(0)
+            # float32 sums of squares (about 1e-7 relative) accumulated in float64: a float64 copy of the activations
+            # costs 3x as much (61 vs 18 ms for 8,192 x 1,536 in a microbenchmark; ~3 s of a SmolLM2 calibration).
+            part = flat.float().square().sum(0).double()
             self.xtx[name] = self.xtx[name].add_(part) if name in self.xtx else part
-        elif name in self.xtx:
-            self.xtx[name].addmm_(flat.T, flat)
         else:
-            self.xtx[name] = flat.T @ flat
+            flat = flat.double()
+            if name in self.xtx:
+                self.xtx[name].addmm_(flat.T, flat)
+            else:
+                self.xtx[name] = flat.T @ flat
         self.tokens[name] = self.tokens.get(name, 0) + flat.shape[0]
 
     def layer_stats(self, name: str) -> LayerStats:

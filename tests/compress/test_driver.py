@@ -111,7 +111,7 @@ def test_statistics_are_input_second_moments_and_shared_by_siblings(method):
     name, rec = method
     model, calib = tiny_llama(), calib_tokens()
     expected = _block_input_xtx(model, 0, calib)
-    quantize_model(model, calib, CompressConfig(name), batch_size=3)  # 2 batches: the sum runs over both
+    quantize_model(model, calib, CompressConfig(name), statistics="sequential", batch_size=3)  # 2 batches: both summed
     s = {k.split("layers.0.")[1]: v for k, v in rec.seen.items() if ".layers.0." in k}
     assert s["self_attn.q_proj"].n_tokens == calib.numel()
     torch.testing.assert_close(s["self_attn.q_proj"].xtx, expected["q"], rtol=1e-10, atol=1e-9)
@@ -129,7 +129,7 @@ def test_a_diag_method_gets_the_diagonal_only_and_cannot_read_the_full_hessian(m
     model, calib = tiny_llama(), calib_tokens()
     expected = _block_input_xtx(model, 0, calib)
     rec.statistics = "diag"
-    quantize_model(model, calib, CompressConfig(name), batch_size=3)
+    quantize_model(model, calib, CompressConfig(name), statistics="sequential", batch_size=3)
     s = rec.seen["model.layers.0.mlp.down_proj"]
     assert s.diag_only and s.xtx.shape == (expected["down"].shape[0],)
     # float32 sums of squares per batch (then float64): 1e-7 relative against the float64 reference

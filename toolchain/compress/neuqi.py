@@ -34,8 +34,8 @@ the exact optimum over ``z``; the tests check it against brute force.
 **Scale search** (:func:`neuqi_params`). ``s = s_minmax * i / T`` with ``T = 2048``: 12 coarse points evenly over
 ``i`` in ``[T/4, T]`` (140 apart), then a pattern search from the best coarse point: try ``i +- 64``, move if better,
 halve the step, down to 1 (14 more points). Candidate scales are rounded to float16 before ``z`` is solved, so ``z``
-is optimal for the scale the checkpoint stores. Solving ``z`` exactly costs about as much as 20 Lloyd-scored
-candidates on a CPU, so candidates are scored with two Lloyd steps (:func:`lloyd_zero`): on the coarse grid from two
+is optimal for the scale the checkpoint stores. Solving ``z`` exactly costs about as much as 30 Lloyd-scored
+candidates on a CPU (a profile of SmolLM2's quantization, scratch), so candidates are scored with two Lloyd steps (:func:`lloyd_zero`): on the coarse grid from two
 starts (``starts``: the centred grid shifted by -1/4 and +1/4 step), in the pattern search warm from the current
 point's offset ``z s``. The exact solver runs once per group, at the pattern search's end point, and finally a group
 keeps the min-max grid if that is better after the float16 rounding of ``z``, so NeUQI is never worse than RTN on its
@@ -47,8 +47,8 @@ badly where clipping one end pays off, which is why the previous default solved 
 points (``exact_top = 3``) at twice the cost of the rest of the search. Two starts per coarse scale rank them about as
 well: on the 28 linears of SmolLM2's blocks 0, 10, 20 and 29 the weighted loss is within -0.4 % .. +0.2 % of the
 previous default's (W3 g64, W2 g32, W2 g64) in about half the time (12 coarse points and a first pattern step of
-64 instead of 16 and 32: 38 Lloyd-scored candidates instead of 44, the same loss within 0.1 %). Earlier changes, measured the same way: the
-paper's shape (32 coarse points over ``(0, T]``, every step within 15 of the coarse winner, exact ``z`` at the best
+64 instead of 16 and 32: 38 Lloyd-scored candidates instead of 44, the same loss within 0.1 %). Earlier changes,
+measured the same way: the paper's shape (32 coarse points over ``(0, T]``, every step within 15 of the coarse winner, exact ``z`` at the best
 3 of each stage) spent 7 of its 32 coarse points below ``s_minmax / 4``, where few groups end (4 of 221,184 groups at
 W3 g64 on the layers above), and its fine stage explored under half of the gap between coarse points; the pattern
 search reached a 1-2 % lower loss in 1.4-1.6x less time.
@@ -75,9 +75,6 @@ from .uniform import (
 
 # Groups handled together: keeps the [groups, n] temporaries cache-sized (about 64k floats).
 _CHUNK_ELEMENTS = 1 << 16
-# Levels swept before the first certificate: with 2 (the two around Lloyd's centre) most groups of SmolLM2's
-# layers needed a second round; 4 certify most in one (fewer, larger tensor operations).
-_WINDOW = 2
 # Elements scored per Lloyd call (several candidate scales at once: fewer, larger tensor operations).
 _LLOYD_BLOCK = 1 << 18
 
@@ -229,9 +226,11 @@ def _exact(S: _Phases) -> tuple[torch.Tensor, torch.Tensor]:
     lo = torch.floor(S.centre() - 0.5)
     full_lo = torch.floor(S.xs.amin(-1) - S.q - 0.5)
     full_hi = torch.floor(S.xs.amax(-1) + 0.5) + 1
-    lo = torch.clamp(lo - _WINDOW // 2 + 1, min=full_lo)
-    hi = lo + _WINDOW                                # levels [lo, hi) are swept
-    best, bz = S.best_level(lo[:, None] + torch.arange(_WINDOW, dtype=lo.dtype))
+    lo = torch.clamp(lo, min=full_lo)
+    # Levels [lo, hi) are swept. Wider first windows (3, 4 levels) certified more groups at once but cost more than
+    # the checks they saved (a scratch check on SmolLM2's layers).
+    hi = lo + 2
+    best, bz = S.best_level(torch.stack([lo, lo + 1], 1))
     pmin = S.periodic_min()
     todo = torch.arange(G)
     for step in (1, 2):

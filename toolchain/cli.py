@@ -458,7 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
                            bitforge bench emulate --json bench-emulate.json
                            bitforge bench rtl --designs jet-mlp-layer1 --json bench-rtl.json
                            bitforge bench compress --quick --json bench-compress.json
-                           bitforge bench neuqi --neuqi-configs 'default;exact_top=1' --json bench-neuqi.json
+                           bitforge bench neuqi --neuqi-configs 'default;exact_top=3' --json bench-neuqi.json
                            bitforge bench online --json bench-online.json
                            bitforge bench online --online-parts accuracy,t5   # no hardware flows
                        """))

@@ -308,12 +308,12 @@ def test_smollm2_end_to_end_few_layers(smol, tmp_path):
     apply_checkpoint(base_model, load_checkpoint(tmp_path / "c"))
     assert perplexity(base_model, split.eval).ppl == ppl
 
-    # NeUQI at W3 with the default (true-sequential) statistics on the real blocks: every linear compressed in its
+    # NeUQI at W3 with true-sequential statistics on the real blocks: every linear compressed in its
     # hook, and the three blocks' output closer to the float blocks' than RTN's at the same bits (perplexity means
     # little for a model cut after three blocks).
     rtn3, neuqi3, ref = truncated(), truncated(), truncated()
     quantize_model(rtn3, split.calib, CompressConfig("rtn", bits=3, group=64))
-    q3 = quantize_model(neuqi3, split.calib, CompressConfig("neuqi", bits=3, group=64))
+    q3 = quantize_model(neuqi3, split.calib, CompressConfig("neuqi", bits=3, group=64), statistics="true-sequential")
     assert q3.statistics == "true-sequential" and len(q3.layers) == 21
 
     def error(m) -> float:

@@ -1,9 +1,9 @@
 """``bitforge bench compress``: every registered method on one model, one text, one set of chunks, in one run.
 
 The model is loaded and the text tokenised once; the base weights are snapshotted and restored before each
-setting. With ``statistics="true-sequential"`` (default) each setting recalibrates linear by linear on the inputs
-the already compressed linears produce, like ``bitforge quantize`` does; ``sequential`` block by block (the GPTQ
-paper's protocol; see :mod:`.driver`). ``float`` computes the
+setting. With ``statistics="sequential"`` (default) each setting recalibrates block by block on the inputs the
+already compressed blocks produce, like ``bitforge quantize`` does (the GPTQ protocol; ``true-sequential``: linear
+by linear, see :mod:`.driver`). ``float`` computes the
 float model's statistics once and reuses them for every method (:class:`.driver.StatsCache`): much faster, but
 error-feedback methods then fit each layer to inputs it will not see. Measured on SmolLM2 at W3 g64: GPTQ 32.1
 sequential vs 46.1 float (RTN: 42.7), although with float statistics GPTQ still lowers every layer's own error on
@@ -87,7 +87,7 @@ class BenchOptions:
     quick: bool = False
     calib_chunks: int | None = None
     eval_chunks: int = 8
-    statistics: str = "true-sequential"
+    statistics: str = "sequential"
     ctx: int = 512
     batch_size: int = 4
     text: str = "pydoc_data.topics"

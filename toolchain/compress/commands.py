@@ -270,12 +270,12 @@ def add_commands(subparsers, formatter_class) -> None:
     q.add_argument("--option", action="append", type=_parse_option, metavar="KEY=VALUE",
                    help="method-specific option, repeatable (value parsed as JSON when it can be)")
     q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--statistics", choices=list(STATISTICS), default="true-sequential",
-                   help="true-sequential (default): each linear is calibrated on the outputs of the compressed "
-                        "linears before it, one block forward over all calibration chunks at once (holds all their "
-                        "activations); sequential: block by block, a float statistics pass and a compressed "
-                        "forward per block (about 1.75 forwards, any calibration size); float: on the float "
-                        "model's activations")
+    q.add_argument("--statistics", choices=list(STATISTICS), default="sequential",
+                   help="sequential (default): block by block, each block calibrated on the outputs of the "
+                        "compressed blocks before it (a float statistics pass and a compressed forward per block, "
+                        "any calibration size); true-sequential: each linear on the outputs of the compressed "
+                        "linears before it, one block forward over all calibration chunks at once (about 40%% less "
+                        "calibration time; holds all their activations); float: on the float model's activations")
     _add_text_arguments(q)
     q.add_argument("--distill-steps", type=int, default=0, metavar="N",
                    help="littlebit2: after the post-training fit, N steps of distillation from the model as loaded "
@@ -325,11 +325,11 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx", type=int, default=DEFAULT_CTX, metavar="N",
                    help=f"compress: tokens per chunk (default {DEFAULT_CTX})")
     p.add_argument("--text", default=DEFAULT_TEXT, metavar="FILE", help=f"compress: text (default {DEFAULT_TEXT})")
-    p.add_argument("--statistics", choices=list(STATISTICS), default="true-sequential",
-                   help="compress: true-sequential (default): each method recalibrates linear by linear on the "
-                        "compressed model's own inputs, as bitforge quantize does; sequential: block by block; "
-                        "float: the float model's statistics, computed once for all methods (faster; GPTQ-style "
-                        "error feedback suffers)")
+    p.add_argument("--statistics", choices=list(STATISTICS), default="sequential",
+                   help="compress: sequential (default): each method recalibrates block by block on the compressed "
+                        "model's own inputs, as bitforge quantize does; true-sequential: linear by linear, one "
+                        "forward per block; float: the float model's statistics, computed once for all methods "
+                        "(faster; GPTQ-style error feedback suffers)")
 
 
 def run_bench(args: argparse.Namespace) -> int:

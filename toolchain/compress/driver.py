@@ -7,13 +7,12 @@ stops the forward). Then, for each block in turn:
    (q/k/v and gate/up share one sum); with sequential statistics this pass stops as soon as the last linear
    (``down_proj``) has seen its input: its outputs are not used;
 2. compress each of the block's linears with the method and write ``weight_hat`` into the model;
-3. ``statistics="sequential"``: run the block again, now compressed, and feed its outputs to the next
+3. ``statistics="sequential"`` (default): run the block again, now compressed, and feed its outputs to the next
    block, so later layers are calibrated on the inputs they will really see; ``statistics="float"``: feed the
    float block's outputs from step 1 (statistics do not depend on the method then, and :class:`StatsCache`
    keeps them so a benchmark computes them once for all methods).
 
-``statistics="true-sequential"`` (the default; GPTQ's ``--true-sequential``, AutoGPTQ's default) goes one step
-further: each
+``statistics="true-sequential"`` (GPTQ's ``--true-sequential``, AutoGPTQ's default) goes one step further: each
 block runs **once**, on all calibration chunks as one batch, and each linear is compressed in its forward pre-hook
 from the input it receives there, which already comes from the block's compressed linears before it (q/k/v, then
 o, then gate/up, then down); the forward then continues through the compressed linear, and its output feeds the next
@@ -195,7 +194,7 @@ class _CompressOnArrival:
         return hook
 
 
-def quantize_model(model: nn.Module, calib: torch.Tensor | None, cfg: CompressConfig, statistics: str = "true-sequential",
+def quantize_model(model: nn.Module, calib: torch.Tensor | None, cfg: CompressConfig, statistics: str = "sequential",
                    batch_size: int = 4, cache: StatsCache | None = None, progress=None) -> QuantizedModel:
     """Compress ``model`` in place with ``cfg.method`` (see the module docstring for the protocol).
 

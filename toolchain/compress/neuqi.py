@@ -35,23 +35,24 @@ the exact optimum over ``z``; the tests check it against brute force.
 ``i`` in ``[T/4, T]`` (140 apart), then a pattern search from the best coarse point: try ``i +- 64``, move if better,
 halve the step, down to 1 (14 more points). Candidate scales are rounded to float16 before ``z`` is solved, so ``z``
 is optimal for the scale the checkpoint stores. Solving ``z`` exactly costs about as much as 30 Lloyd-scored
-candidates on a CPU (a profile of SmolLM2's quantization, scratch), so candidates are scored with two Lloyd steps (:func:`lloyd_zero`): on the coarse grid from two
-starts (``starts``: the centred grid shifted by -1/4 and +1/4 step), in the pattern search warm from the current
-point's offset ``z s``. The exact solver runs once per group, at the pattern search's end point, and finally a group
-keeps the min-max grid if that is better after the float16 rounding of ``z``, so NeUQI is never worse than RTN on its
-own objective. ``exact_top = k`` also solves ``z`` exactly at the ``k`` best coarse points and starts the pattern
-search from the best of them; ``NeuqiConfig(exhaustive=True)`` solves ``z`` exactly everywhere.
+candidates on a CPU (a profile of SmolLM2's quantization, scratch), so candidates are scored with two Lloyd steps
+(:func:`lloyd_zero`): on the coarse grid from two starts (``starts``: the centred grid shifted by -1/4 and +1/4
+step), in the pattern search warm from the current point's offset ``z s``. The exact solver runs once per group, at
+the pattern search's end point, and finally a group keeps the min-max grid if that is better after the float16
+rounding of ``z``, so NeUQI is never worse than RTN on its own objective. ``exact_top = k`` also solves ``z`` exactly
+at the ``k`` best coarse points and starts the pattern search from the best of them; ``NeuqiConfig(exhaustive=True)``
+solves ``z`` exactly everywhere.
 
 Why this search (``bitforge bench neuqi``; the history in docs/compress.md): a single Lloyd start ranks coarse scales
 badly where clipping one end pays off, which is why the previous default solved ``z`` exactly at the 3 best coarse
 points (``exact_top = 3``) at twice the cost of the rest of the search. Two starts per coarse scale rank them about as
 well: on the 28 linears of SmolLM2's blocks 0, 10, 20 and 29 the weighted loss is within -0.4 % .. +0.2 % of the
-previous default's (W3 g64, W2 g32, W2 g64) in about half the time (12 coarse points and a first pattern step of
+previous default's (W3 g64, W2 g32, W2 g64; a scratch run of both codes) in about half the time (12 coarse points and a first pattern step of
 64 instead of 16 and 32: 38 Lloyd-scored candidates instead of 44, the same loss within 0.1 %). Earlier changes,
-measured the same way: the paper's shape (32 coarse points over ``(0, T]``, every step within 15 of the coarse winner, exact ``z`` at the best
-3 of each stage) spent 7 of its 32 coarse points below ``s_minmax / 4``, where few groups end (4 of 221,184 groups at
-W3 g64 on the layers above), and its fine stage explored under half of the gap between coarse points; the pattern
-search reached a 1-2 % lower loss in 1.4-1.6x less time.
+measured the same way: the paper's shape (32 coarse points over ``(0, T]``, every step within 15 of the coarse
+winner, exact ``z`` at the best 3 of each stage) spent 7 of its 32 coarse points below ``s_minmax / 4``, where few
+groups end (4 of 221,184 groups at W3 g64 on the layers above), and its fine stage explored under half of the gap
+between coarse points; the pattern search reached a 1-2 % lower loss in 1.4-1.6x less time.
 """
 from __future__ import annotations
 

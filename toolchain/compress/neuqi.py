@@ -47,8 +47,9 @@ Why this search (``bitforge bench neuqi``; the history in docs/compress.md): a s
 badly where clipping one end pays off, which is why the previous default solved ``z`` exactly at the 3 best coarse
 points (``exact_top = 3``) at twice the cost of the rest of the search. Two starts per coarse scale rank them about as
 well: on the 28 linears of SmolLM2's blocks 0, 10, 20 and 29 the weighted loss is within -0.4 % .. +0.2 % of the
-previous default's (W3 g64, W2 g32, W2 g64; a scratch run of both codes) in about half the time (12 coarse points and a first pattern step of
-64 instead of 16 and 32: 38 Lloyd-scored candidates instead of 44, the same loss within 0.1 %). Earlier changes,
+previous default's (W3 g64, W2 g32, W2 g64; a scratch run of both codes) in about half the time (12 coarse points
+and a first pattern step of 64 instead of 16 and 32: 38 Lloyd-scored candidates instead of 44, the same loss within
+0.1 %). Earlier changes,
 measured the same way: the paper's shape (32 coarse points over ``(0, T]``, every step within 15 of the coarse
 winner, exact ``z`` at the best 3 of each stage) spent 7 of its 32 coarse points below ``s_minmax / 4``, where few
 groups end (4 of 221,184 groups at W3 g64 on the layers above), and its fine stage explored under half of the gap

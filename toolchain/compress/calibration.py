@@ -129,13 +129,18 @@ class InputStats:
     ``stop_when_complete``: once every watched linear has seen its input in a scope's forward, raise
     :class:`StatsComplete` from the last one's hook: a caller that only wants the statistics skips the rest of
     the forward (in a Llama block, ``down_proj``'s matmul: a quarter of the block's linear work).
+    ``on_first_input(name, stats)``: called once per layer, in its pre-hook right after its first input was
+    recorded and before its matmul: true-sequential statistics compress the layer there (the whole calibration set
+    is then one batch, so the statistics are complete).
     """
 
     def __init__(self, linears: dict[str, nn.Linear], scopes: nn.Module | list[nn.Module], diag_only: bool = False,
-                 stop_when_complete: bool = False):
+                 stop_when_complete: bool = False, on_first_input=None):
         self.linears = linears
         self.diag_only = diag_only
         self.stop_when_complete = stop_when_complete
+        self.on_first_input = on_first_input
+        self.reported: set[str] = set()
         self._fired: set[str] = set()
         self.scopes = scopes if isinstance(scopes, (list, tuple)) else [scopes]
         self.xtx: dict[str, torch.Tensor] = {}
@@ -165,6 +170,9 @@ class InputStats:
         def hook(_module, inputs):
             self._record(name, inputs[0])
             self._fired.add(name)
+            if self.on_first_input is not None and name not in self.reported:
+                self.reported.add(name)
+                self.on_first_input(name, self.layer_stats(name))
             if self.stop_when_complete and len(self._fired) == len(self.linears):
                 raise StatsComplete
 

@@ -167,33 +167,6 @@ def check_true_sequential_memory(model: nn.Module, n_tokens: int) -> None:
                             f"--calib-chunks")
 
 
-class _CompressOnArrival:
-    """Pre-hooks, registered after :class:`InputStats`' own, that compress each linear the first time it runs
-    (its statistics are then complete: the whole calibration set is one batch) and before its matmul."""
-
-    def __init__(self, linears: dict[str, nn.Linear], hooks: InputStats, compress):
-        self.linears, self.hooks, self.compress = linears, hooks, compress
-        self.done: set[str] = set()
-        self._handles: list = []
-
-    def __enter__(self) -> _CompressOnArrival:
-        for name, lin in self.linears.items():
-            self._handles.append(lin.register_forward_pre_hook(self._hook(name)))
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for h in self._handles:
-            h.remove()
-
-    def _hook(self, name: str):
-        def hook(_module, _inputs):
-            if name not in self.done:
-                self.done.add(name)
-                self.compress(name, self.hooks.layer_stats(name))
-
-        return hook
-
-
 def quantize_model(model: nn.Module, calib: torch.Tensor | None, cfg: CompressConfig, statistics: str = "sequential",
                    batch_size: int = 4, cache: StatsCache | None = None, progress=None) -> QuantizedModel:
     """Compress ``model`` in place with ``cfg.method`` (see the module docstring for the protocol).
@@ -231,36 +204,36 @@ def quantize_model(model: nn.Module, calib: torch.Tensor | None, cfg: CompressCo
     for i, block in enumerate(blocks):
         linears = block_linears(block)
         outputs = None
-        if not uses_calibration:
-            stats = {n: LayerStats.identity(lin.in_features, f"{prefix}.{i}.{n}") for n, lin in linears.items()}
-        elif cache_hit:
-            stats = cache.blocks[i]
-        elif true_seq:
-            def compress(name: str, st: LayerStats, i=i, linears=linears) -> None:
-                full = f"{prefix}.{i}.{name}"
-                result.layers[full] = compress_linear(linears[name], LayerStats(st.xtx, st.n_tokens, full), cfg,
-                                                      method, full)
-                result.method_seconds += result.layers[full].seconds
 
-            with InputStats(linears, block, diag_only=diag_only) as hooks, \
-                    _CompressOnArrival(linears, hooks, compress) as arrivals:
+        def compress(name: str, st: LayerStats, i=i, linears=linears) -> None:
+            full = f"{prefix}.{i}.{name}"
+            record = compress_linear(linears[name], LayerStats(st.xtx, st.n_tokens, full), cfg, method, full)
+            result.layers[full] = record
+            result.method_seconds += record.seconds
+
+        if true_seq:
+            # each linear is compressed in its pre-hook, before its matmul; the block's output feeds the next block
+            with InputStats(linears, block, diag_only=diag_only, on_first_input=compress) as hooks:
                 batches = _run_block(block, batches)
-            missing = [n for n in linears if n not in arrivals.done]
+            missing = [n for n in linears if n not in hooks.reported]
             if missing:
                 raise RuntimeError(f"block {i}: {', '.join(missing)} never ran: not on the forward path")
-            stats = None
         else:
-            # sequential: this pass only gathers statistics (the next block's inputs come from the compressed
-            # block), so it stops once the block's last linear has seen its input.
-            with InputStats(linears, block, diag_only=diag_only, stop_when_complete=statistics != "float") as hooks:
-                outputs = _run_block(block, batches) if statistics == "float" else _feed_block(block, batches)
-            stats = {n: LayerStats(s.xtx, s.n_tokens, f"{prefix}.{i}.{n}") for n, s in hooks.stats().items()}
-            if use_cache:
-                cache.blocks[i] = stats
-        for name, lin in linears.items() if stats is not None else ():
-            full = f"{prefix}.{i}.{name}"
-            result.layers[full] = compress_linear(lin, stats[name], cfg, method, full)
-            result.method_seconds += result.layers[full].seconds
+            if not uses_calibration:
+                stats = {n: LayerStats.identity(lin.in_features, n) for n, lin in linears.items()}
+            elif cache_hit:
+                stats = cache.blocks[i]
+            else:
+                # sequential: this pass only gathers statistics (the next block's inputs come from the compressed
+                # block), so it stops once the block's last linear has seen its input.
+                with InputStats(linears, block, diag_only=diag_only,
+                                stop_when_complete=statistics != "float") as hooks:
+                    outputs = _run_block(block, batches) if statistics == "float" else _feed_block(block, batches)
+                stats = hooks.stats()
+                if use_cache:
+                    cache.blocks[i] = stats
+            for name in linears:
+                compress(name, stats[name])
         if need_forward and i + 1 < len(blocks) and not true_seq:
             # float: the next block sees the float block's outputs; sequential: those of the compressed block
             # (the last block's outputs feed nothing: no forward for them).

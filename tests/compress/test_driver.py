@@ -323,3 +323,9 @@ def test_perplexity_matches_the_models_own_loss():
     with torch.no_grad():
         losses = [float(model(input_ids=c[None], labels=c[None]).loss) for c in chunks]
     assert perplexity(model, chunks, batch_size=1).ppl == pytest.approx(math.exp(sum(losses) / 2), rel=1e-5)
+
+
+def test_cli_offers_every_statistics_protocol_of_the_driver():
+    from bitforge.toolchain.compress import commands, driver
+
+    assert sorted(commands.STATISTICS) == sorted(driver.STATISTICS)

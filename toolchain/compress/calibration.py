@@ -187,7 +187,7 @@ class InputStats:
         flat = x.detach().reshape(-1, x.shape[-1])
         if self.diag_only:
             # float32 sums of squares (about 1e-7 relative) accumulated in float64: a float64 copy of the activations
-            # costs 3x as much (61 vs 18 ms for 8,192 x 1,536 in a microbenchmark; ~3 s of a SmolLM2 calibration).
+            # costs about 3x as much (the command in docs/compress.md, "Driver").
             part = flat.float().square().sum(0).double()
             self.xtx[name] = self.xtx[name].add_(part) if name in self.xtx else part
         else:
@@ -205,10 +205,7 @@ class InputStats:
 
     def stats(self) -> dict[str, LayerStats]:
         """``LayerStats`` per watched layer; a layer that never ran is a bug in the caller (RuntimeError)."""
-        out = {}
         for name in self.linears:
-            owner = self.alias.get(name, name)
-            if owner not in self.xtx:
+            if self.alias.get(name, name) not in self.xtx:
                 raise RuntimeError(f"layer {name} saw no calibration input: it is not on the forward path")
-            out[name] = LayerStats(self.xtx[owner], self.tokens[owner], name)
-        return out
+        return {name: self.layer_stats(name) for name in self.linears}

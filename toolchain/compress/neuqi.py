@@ -28,14 +28,14 @@ end is certified when a bound there exceeds the best piece found and slopes outw
 that side by one level and the ends are checked again; groups still uncertified then sweep every remaining level of
 the full range (beyond which ``f`` is monotone) in one batched call. On SmolLM2's layers about 9 % of the groups need
 the second check and few the sweep; the earlier loop (growing by 1, 2, 4, ... levels until every group certified)
-spent most of its time in rounds over a handful of groups (2.1x slower in a scratch check). The result is
+spent most of its time in rounds over a handful of groups. The result is
 the exact optimum over ``z``; the tests check it against brute force.
 
 **Scale search** (:func:`neuqi_params`). ``s = s_minmax * i / T`` with ``T = 2048``: 12 coarse points evenly over
 ``i`` in ``[T/4, T]`` (140 apart), then a pattern search from the best coarse point: try ``i +- 64``, move if better,
 halve the step, down to 1 (14 more points). Candidate scales are rounded to float16 before ``z`` is solved, so ``z``
-is optimal for the scale the checkpoint stores. Solving ``z`` exactly costs about as much as 30 Lloyd-scored
-candidates on a CPU (a profile of SmolLM2's quantization, scratch), so candidates are scored with two Lloyd steps
+is optimal for the scale the checkpoint stores. Solving ``z`` exactly at every candidate costs about 10x the
+whole default search (``exhaustive`` in ``bitforge bench neuqi``), so candidates are scored with two Lloyd steps
 (:func:`lloyd_zero`): on the coarse grid from two starts (``starts``: the centred grid shifted by -1/4 and +1/4
 step), in the pattern search warm from the current point's offset ``z s``. The exact solver runs once per group, at
 the pattern search's end point, and finally a group keeps the min-max grid if that is better after the float16
@@ -46,10 +46,10 @@ solves ``z`` exactly everywhere.
 Why this search (``bitforge bench neuqi``; the history in docs/compress.md): a single Lloyd start ranks coarse scales
 badly where clipping one end pays off, which is why the previous default solved ``z`` exactly at the 3 best coarse
 points (``exact_top = 3``) at twice the cost of the rest of the search. Two starts per coarse scale rank them about as
-well: on the 28 linears of SmolLM2's blocks 0, 10, 20 and 29 the weighted loss is within -0.4 % .. +0.2 % of the
-previous default's (W3 g64, W2 g32, W2 g64; a scratch run of both codes) in about half the time (12 coarse points
-and a first pattern step of 64 instead of 16 and 32: 38 Lloyd-scored candidates instead of 44, the same loss within
-0.1 %). Earlier changes,
+well: on the 28 linears of SmolLM2's blocks 0, 10, 20 and 29 the weighted loss is within -0.5 % .. +0.1 % of the
+previous default's settings (``exact_top=3,starts=1,coarse=16,refine=32``: W3 g64, W2 g32, W2 g64) in 0.47-0.49
+of their time (12 coarse points and a first pattern step of 64 instead of 16 and 32: 38 Lloyd-scored candidates
+instead of 44). Earlier changes,
 measured the same way: the paper's shape (32 coarse points over ``(0, T]``, every step within 15 of the coarse
 winner, exact ``z`` at the best 3 of each stage) spent 7 of its 32 coarse points below ``s_minmax / 4``, where few
 groups end (4 of 221,184 groups at W3 g64 on the layers above), and its fine stage explored under half of the gap
@@ -230,7 +230,7 @@ def _exact(S: _Phases) -> tuple[torch.Tensor, torch.Tensor]:
     full_hi = torch.floor(S.xs.amax(-1) + 0.5) + 1
     lo = torch.clamp(lo, min=full_lo)
     # Levels [lo, hi) are swept. Wider first windows (3, 4 levels) certified more groups at once but cost more than
-    # the checks they saved (a scratch check on SmolLM2's layers).
+    # the checks they saved on SmolLM2's layers.
     hi = lo + 2
     best, bz = S.best_level(torch.stack([lo, lo + 1], 1))
     pmin = S.periodic_min()
@@ -318,7 +318,7 @@ def lloyd_zero(x: torch.Tensor, h: torch.Tensor, q: int, z: torch.Tensor | None 
     minima that a single start misses (where clipping at one end pays off)."""
     if z is None:
         z = 0.5 * (x.amin(-1) + x.amax(-1) - q)
-        if starts > 1:    # one start at a time: about 10 % faster here than a [..., starts, n] broadcast
+        if starts > 1:    # one start at a time: faster here than a [..., starts, n] broadcast
             loss, best = lloyd_zero(x, h, q, z + (0.5 / starts - 0.5), iters)
             for j in range(1, starts):
                 other, zj = lloyd_zero(x, h, q, z + ((j + 0.5) / starts - 0.5), iters)

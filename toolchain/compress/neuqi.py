@@ -63,7 +63,7 @@ import numpy as np
 import torch
 
 from ..errors import BitforgeError
-from . import api
+from . import api, neuqi_kernel
 from .api import CompressConfig, CompressedLayer, LayerStats, check_group, register
 from .uniform import (
     FP16_TINY,
@@ -87,7 +87,8 @@ class NeuqiConfig:
     pattern search from the best of them (steps ``refine``, ``refine / 2``, ..., 1 either side, moving while it
     improves). Candidates are scored with ``lloyd_iters`` Lloyd steps (from ``starts`` shifted grids on the coarse
     grid); the final point and the ``exact_top`` best coarse ones get the exact zero-point. ``exhaustive`` solves
-    ``z`` exactly at every candidate instead."""
+    ``z`` exactly at every candidate instead. ``compiled`` runs the search in the C kernel (``neuqi_kernel``) where
+    one can be built; ``compiled=false`` (and ``exhaustive``) run this module's PyTorch search, its reference."""
 
     T: int = 2048
     coarse: int = 12
@@ -97,6 +98,7 @@ class NeuqiConfig:
     lloyd_iters: int = 2
     starts: int = 2
     exhaustive: bool = False
+    compiled: bool = True
 
     @staticmethod
     def from_options(options: dict, method: str = "neuqi") -> NeuqiConfig:
@@ -343,6 +345,11 @@ def _fp16_scale(smm: torch.Tensor, i: torch.Tensor, T: int) -> torch.Tensor:
     return s.clamp_(min=FP16_TINY).half().float()
 
 
+def coarse_steps(cfg: NeuqiConfig) -> torch.Tensor:
+    """The coarse grid's ``i`` (``s = s_minmax * i / T``)."""
+    return torch.linspace(cfg.low * cfg.T, cfg.T, cfg.coarse).round().long()
+
+
 class _Search:
     """Coarse grid, then pattern search, for one chunk of groups (see module docstring).
 
@@ -388,7 +395,7 @@ class _Search:
     def run(self) -> tuple[torch.Tensor, torch.Tensor]:
         cfg = self.cfg
         G = self.w.shape[0]
-        coarse = torch.linspace(cfg.low * cfg.T, cfg.T, cfg.coarse).round().long().expand(G, -1)
+        coarse = coarse_steps(cfg).expand(G, -1)
         loss, offset = self._score(coarse, None)
         if cfg.exhaustive or cfg.exact_top == 0:
             pick = loss.argmin(1, keepdim=True)
@@ -441,9 +448,13 @@ def neuqi_params(W: torch.Tensor, h: torch.Tensor, bits: int, group: int | None,
     hg = hg / hg.amax(-1, keepdim=True)              # per-group scale is irrelevant to the argmin; keeps float32 sane
     Wg = Wg.reshape(out * ng, g)
     smm = minmax_params(Wg, bits, None)[0].squeeze(-1)
-    scale, zero = torch.empty(out * ng), torch.empty(out * ng)
-    for sl in _chunks(out * ng, g):
-        scale[sl], zero[sl] = _Search(Wg[sl], hg[sl].contiguous(), smm[sl], q, cfg).run()
+    lib = neuqi_kernel.library() if cfg.compiled and not cfg.exhaustive else None
+    if lib is not None:
+        scale, zero = neuqi_kernel.search(lib, Wg, hg, smm, q, cfg, coarse_steps(cfg))
+    else:
+        scale, zero = torch.empty(out * ng), torch.empty(out * ng)
+        for sl in _chunks(out * ng, g):
+            scale[sl], zero[sl] = _Search(Wg[sl], hg[sl].contiguous(), smm[sl], q, cfg).run()
     return scale.reshape(out, ng), zero.reshape(out, ng)
 
 

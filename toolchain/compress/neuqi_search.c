@@ -259,8 +259,10 @@ static float exact(Phases *P, const float *x, const float *h, float *z_out) {
         float tol = 1e-6f * (best + P->H);
         Bounds bl = bounds(P, lo, pmin), bh = bounds(P, hi, pmin);
         int done = best <= 1e-7f * P->H;
-        int ok_l = done || lo <= full_lo || (bl.F >= best + tol && bl.dF <= 0.0f) || (bl.G >= best + tol && bl.dG <= 0.0f);
-        int ok_h = done || hi >= full_hi || (bh.F >= best + tol && bh.dF >= 0.0f) || (bh.G >= best + tol && bh.dG >= 0.0f);
+        int ok_l = done || lo <= full_lo || (bl.F >= best + tol && bl.dF <= 0.0f)
+                   || (bl.G >= best + tol && bl.dG <= 0.0f);
+        int ok_h = done || hi >= full_hi || (bh.F >= best + tol && bh.dF >= 0.0f)
+                   || (bh.G >= best + tol && bh.dG >= 0.0f);
         if (ok_l && ok_h) {
             certified = 1;
             break;

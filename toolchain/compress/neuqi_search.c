@@ -1,6 +1,6 @@
 /* NeUQI's per-group scale search, compiled: the algorithm of neuqi.py (_Search.run, lloyd_zero, _Phases, _exact),
  * one group at a time instead of as batched tensor passes. neuqi.py's module docstring derives it; its PyTorch code
- * is the reference this file is tested against (tests/test_compress_neuqi_kernel.py).
+ * is the reference this file is tested against (tests/compress/test_neuqi_kernel.py).
  *
  * Why a kernel: the batched PyTorch search streams every [groups, n] temporary through memory once per operation
  * (about 14 passes per Lloyd-scored candidate); here a group's 64 weights stay in registers for all its candidates.

@@ -85,10 +85,17 @@ typedef struct {
     float q, H, invH, M1P, M2P;
     float *ps, *hs, *ms, *xs, *hp2, *w1, *ha, *hpa, *key;
     int *idx;
+    uint64_t *keys;
 } Phases;
 
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
 /* Order by (phase, index), the PyTorch path's order, so ties break the same way. Small groups: each element's rank
- * is the number of elements before it (branch-free comparisons, vectorised); large ones: insertion sort. */
+ * is the number of elements before it (branch-free comparisons, vectorised); large ones (a whole row as the group):
+ * qsort of (phase bits, index) keys, as non-negative floats order like their bit patterns. */
 static void sort_phases(Phases *P, const float *phi) {
     int n = P->n;
     if (n <= 256) {
@@ -100,17 +107,13 @@ static void sort_phases(Phases *P, const float *phi) {
         }
         return;
     }
-    for (int i = 0; i < n; i++) P->idx[i] = i;
-    for (int i = 1; i < n; i++) {
-        int v = P->idx[i];
-        float pv = phi[v];
-        int j = i - 1;
-        while (j >= 0 && phi[P->idx[j]] > pv) {
-            P->idx[j + 1] = P->idx[j];
-            j--;
-        }
-        P->idx[j + 1] = v;
+    for (int i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &phi[i], sizeof bits);
+        P->keys[i] = (uint64_t)bits << 32 | (uint32_t)i;
     }
+    qsort(P->keys, (size_t)n, sizeof P->keys[0], cmp_u64);
+    for (int i = 0; i < n; i++) P->idx[i] = (int)(P->keys[i] & 0xFFFFFFFFu);
 }
 
 static void phases_init(Phases *P, const float *x, const float *h) {
@@ -398,13 +401,16 @@ static Phases *phases_alloc(int n, int q) {
     Phases *P = calloc(1, sizeof(Phases));
     float *buf = malloc(sizeof(float) * 9 * (size_t)n);
     int *idx = malloc(sizeof(int) * (size_t)n);
-    if (!P || !buf || !idx) {
+    uint64_t *keys = n > 256 ? malloc(sizeof(uint64_t) * (size_t)n) : NULL;
+    if (!P || !buf || !idx || (n > 256 && !keys)) {
         free(P);
         free(buf);
         free(idx);
+        free(keys);
         return NULL;
     }
     P->idx = idx;
+    P->keys = keys;
     P->n = n;
     P->q = (float)q;
     float **arrays[] = {&P->ps, &P->hs, &P->ms, &P->xs, &P->hp2, &P->w1, &P->ha, &P->hpa, &P->key};
@@ -416,6 +422,7 @@ static void phases_free(Phases *P) {
     if (!P) return;
     free(P->ps);
     free(P->idx);
+    free(P->keys);
     free(P);
 }
 

@@ -274,8 +274,8 @@ def add_commands(subparsers, formatter_class) -> None:
                    help="sequential (default): block by block, each block calibrated on the outputs of the "
                         "compressed blocks before it (a float statistics pass and a compressed forward per block, "
                         "any calibration size); true-sequential: each linear on the outputs of the compressed "
-                        "linears before it, one block forward over all calibration chunks at once (about 40%% less "
-                        "calibration time; holds all their activations); float: on the float model's activations")
+                        "linears before it, one block forward over all calibration chunks at once (one block forward "
+                        "per block instead of about 1.75; holds all their activations); float: on the float model's activations")
     _add_text_arguments(q)
     q.add_argument("--distill-steps", type=int, default=0, metavar="N",
                    help="littlebit2: after the post-training fit, N steps of distillation from the model as loaded "

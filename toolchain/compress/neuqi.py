@@ -26,10 +26,8 @@ lower bounds evaluated at the window's ends: ``F(z) = sum h_i dist(z, [x_i - q, 
 rounding loss is at most ``h_i/4``, which is what its clipping loss must exceed before it adds to ``P``). A window
 end is certified when a bound there exceeds the best piece found and slopes outwards; otherwise the window grows on
 that side by one level and the ends are checked again; groups still uncertified then sweep every remaining level of
-the full range (beyond which ``f`` is monotone) in one batched call. On SmolLM2's layers about 9 % of the groups need
-the second check and few the sweep; the earlier loop (growing by 1, 2, 4, ... levels until every group certified)
-spent most of its time in rounds over a handful of groups. The result is
-the exact optimum over ``z``; the tests check it against brute force.
+the full range (beyond which ``f`` is monotone) in one batched call, rather than growing the window round after
+round for the last few groups. The result is the exact optimum over ``z``; the tests check it against brute force.
 
 **Scale search** (:func:`neuqi_params`). ``s = s_minmax * i / T`` with ``T = 2048``: 12 coarse points evenly over
 ``i`` in ``[T/4, T]`` (140 apart), then a pattern search from the best coarse point: try ``i +- 64``, move if better,
@@ -237,8 +235,8 @@ def _exact(S: _Phases) -> tuple[torch.Tensor, torch.Tensor]:
     full_lo = torch.floor(S.xs.amin(-1) - S.q - 0.5)
     full_hi = torch.floor(S.xs.amax(-1) + 0.5) + 1
     lo = torch.clamp(lo, min=full_lo)
-    # Levels [lo, hi) are swept. Wider first windows (3, 4 levels) certified more groups at once but cost more than
-    # the checks they saved on SmolLM2's layers.
+    # Levels [lo, hi) are swept (wider first windows certify more groups at once but were slower on SmolLM2's
+    # layers in a hand check).
     hi = lo + 2
     best, bz = S.best_level(torch.stack([lo, lo + 1], 1))
     pmin = S.periodic_min()

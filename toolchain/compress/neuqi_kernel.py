@@ -93,6 +93,13 @@ def library() -> ctypes.CDLL | None:
     return lib
 
 
+@functools.cache
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """One pool per thread count for the process: neuqi+gptq calls the search once per group column of every layer,
+    thousands of calls, too many to start threads for each."""
+    return ThreadPoolExecutor(threads, thread_name_prefix="neuqi")
+
+
 def _ptr(t: torch.Tensor, kind=_F):
     return ctypes.cast(t.data_ptr(), kind)
 
@@ -124,11 +131,8 @@ def search(lib: ctypes.CDLL, w: torch.Tensor, h: torch.Tensor, smm: torch.Tensor
                                 _ptr(coarse, _I), coarse.numel(), cfg.refine, cfg.exact_top, cfg.lloyd_iters,
                                 cfg.starts, _ptr(scale[a:]), _ptr(zero[a:]))
 
-    if threads == 1:
-        codes = [run(0)]
-    else:
-        with ThreadPoolExecutor(threads) as pool:      # ctypes releases the GIL during the call
-            codes = list(pool.map(run, range(threads)))
+    # ctypes releases the GIL during the call
+    codes = [run(0)] if threads == 1 else list(_pool(threads).map(run, range(threads)))
     if any(codes):
         raise MemoryError("NeUQI: the compiled search ran out of memory")
     return scale, zero

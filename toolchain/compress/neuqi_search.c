@@ -212,13 +212,9 @@ static Bounds bounds(const Phases *P, float z, float pmin) {
     return b;
 }
 
-static float centre(const Phases *P) {
-    float lo = INFINITY, hi = -INFINITY;
-    for (int k = 0; k < P->n; k++) {
-        lo = P->xs[k] < lo ? P->xs[k] : lo;
-        hi = P->xs[k] > hi ? P->xs[k] : hi;
-    }
-    float z = 0.5f * (lo + hi - P->q);
+/* Lloyd's fixed point from the centred grid (xmin, xmax: the extremes of P->xs). */
+static float centre(const Phases *P, float xmin, float xmax) {
+    float z = 0.5f * (xmin + xmax - P->q);
     for (int it = 0; it < 2; it++) {
         float s = 0.0f;
         for (int k = 0; k < P->n; k++)
@@ -245,7 +241,7 @@ static float exact(Phases *P, const float *x, const float *h, float *z_out) {
         xmax = P->xs[k] > xmax ? P->xs[k] : xmax;
     }
     float full_lo = floorf(xmin - q - 0.5f), full_hi = floorf(xmax + 0.5f) + 1.0f;
-    float lo = floorf(centre(P) - 0.5f);
+    float lo = floorf(centre(P, xmin, xmax) - 0.5f);
     lo = lo < full_lo ? full_lo : lo;
     float hi = lo + 2.0f, best, bz, v, z, t;
     best = level(P, lo, &bz);

@@ -58,7 +58,7 @@ class LearnerError(BitforgeError):
 @dataclass(frozen=True)
 class FloatLearnerSpec:
     """An online learner in float: model, layer sizes, and its update rule's step size (the reference that
-    :class:`bitforge.toolchain.learner.LearnerSpec`, the bit-accurate learner, is compared with).
+    :class:`bitforge.toolchain.learn.spec.LearnerSpec`, the bit-accurate learner, is compared with).
 
     ``sizes`` = [d_in, hidden..., d_out]. KAN: every layer shares ``grid_range`` (lo, hi), ``grid_size``
     G and spline ``order`` k (1..3: the orders the hardware computes in closed form). MLP: ReLU between

@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bitforge.toolchain import bench_rtl, fixed, ir
-from bitforge.toolchain import da4ml_baseline as da
+from bitforge.toolchain import fixed, ir
+from bitforge.toolchain.bench import rtl as bench_rtl
+from bitforge.toolchain.bench import da4ml as da
 from bitforge.toolchain.cli import main
 from bitforge.toolchain.fixed import parse_type
 from bitforge.toolchain.passes.precision import infer_precision

@@ -15,20 +15,9 @@ import numpy as np
 import pytest
 from bitforge.toolchain import emulate
 from bitforge.toolchain.bspline import basis_table
-from bitforge.toolchain.emulate_learn import Stepper, _round_shift, derivative_table, lfsr_leap, lfsr_step, run
+from bitforge.toolchain.learn.emulate import Stepper, _round_shift, derivative_table, lfsr_leap, lfsr_step, run
 from bitforge.toolchain.fixed import FixedType, Overflow, Rounding, quantize, to_float
-from bitforge.toolchain.learner import (
-    LearnerFormats,
-    LearnerSpec,
-    LearnerWarning,
-    UpdateRule,
-    build_learner,
-    dense_accum_type,
-    kan_accum_type,
-    lane_seeds,
-    load_learner,
-    save_learner,
-)
+from bitforge.toolchain.learn.spec import (LearnerFormats, LearnerSpec, LearnerWarning, UpdateRule, build_learner, dense_accum_type, kan_accum_type, lane_seeds, load_learner, save_learner)
 
 # -- the scalar reference ------------------------------------------------------------------------------
 

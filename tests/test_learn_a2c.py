@@ -1,4 +1,4 @@
-"""T5: A2C on CartPole with the fixed-point golden learner (``bitforge.toolchain.learn_a2c``)."""
+"""T5: A2C on CartPole with the fixed-point golden learner (``bitforge.toolchain.learn.a2c``)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -6,9 +6,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from bitforge.models.online_learners import A2CConfig
-from bitforge.toolchain.bench_online import t5_config
-from bitforge.toolchain.learn_a2c import gamma_shift, run_a2c_fixed, sigmoid_table
-from bitforge.toolchain.learner import LearnerError
+from bitforge.toolchain.learn.bench import t5_config
+from bitforge.toolchain.learn.a2c import gamma_shift, run_a2c_fixed, sigmoid_table
+from bitforge.toolchain.learn.spec import LearnerError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -4,20 +4,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from bitforge.toolchain.bench_online import (
-    OnlineBenchOptions,
-    OnlineBenchResult,
-    accuracy_rows,
-    kan_flatness,
-    markdown,
-    merge_results,
-    read_results,
-    options_from_args,
-)
+from bitforge.toolchain.learn.bench import (OnlineBenchOptions, OnlineBenchResult, accuracy_rows, kan_flatness, markdown, merge_results, read_results, options_from_args)
 from bitforge.toolchain.cli import build_parser, main
 from bitforge.toolchain.errors import BitforgeError
-from bitforge.toolchain.learn_cmd import LearnOptions, fixed_spec
-from bitforge.toolchain.learner import load_learner
+from bitforge.toolchain.learn.commands import LearnOptions, fixed_spec
+from bitforge.toolchain.learn.spec import load_learner
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -133,8 +124,7 @@ def test_bench_online_big_learner_joins_only_the_full_ecp5_sweep_and_the_seed_is
 def test_scaling_learners_share_formats_and_keep_the_local_coordinate_at_8_bits():
     """Every sweep point: power-of-two grid step (a bit-sliced cell index, no index multiplier), 8 u bits (the same
     basis table; u would otherwise run from 13 bits, beyond the basis ROM, to 8) and 18-bit coefficients."""
-    from bitforge.toolchain.bench_online import (KAN_GRIDS, SCALING_GRID_RANGE, SCALING_U_BITS, _formats, _learner,
-                                                 big_kan_learner, scaling_formats)
+    from bitforge.toolchain.learn.bench import (KAN_GRIDS, SCALING_GRID_RANGE, SCALING_U_BITS, _formats, _learner, big_kan_learner, scaling_formats)
     from bitforge.toolchain.bspline import index_params
 
     for G in KAN_GRIDS:
@@ -204,7 +194,7 @@ def test_bench_online_merge_refuses_what_is_not_its_json(tmp_path):
 
 def test_cached_flows_list_a_design_without_a_finished_flow_as_not_run(tmp_path):
     """--cached-flows redraws tables from finished flows: nothing is started, and nothing is recorded as failed."""
-    from bitforge.toolchain.bench_online import _implement_learner, _learner
+    from bitforge.toolchain.learn.bench import _implement_learner, _learner
     from bitforge.toolchain.flows.cache import cached_only
 
     with cached_only():

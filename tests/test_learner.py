@@ -8,18 +8,7 @@ import numpy as np
 import pytest
 from bitforge.toolchain import emulate, ir
 from bitforge.toolchain.fixed import FixedType, Overflow, Rounding, parse_type, quantize
-from bitforge.toolchain.learner import (
-    LearnerError,
-    LearnerFormats,
-    LearnerSpec,
-    LearnerWarning,
-    UpdateRule,
-    build_learner,
-    dead_zone_error,
-    lane_seeds,
-    load_learner,
-    save_learner,
-)
+from bitforge.toolchain.learn.spec import (LearnerError, LearnerFormats, LearnerSpec, LearnerWarning, UpdateRule, build_learner, dead_zone_error, lane_seeds, load_learner, save_learner)
 
 
 def kan_spec(**kw) -> LearnerSpec:

@@ -162,7 +162,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from .compress.commands import run_neuqi_bench
         return run_neuqi_bench(args)
     if args.suite == "online":
-        from .bench_online import options_from_args as online_options, read_results, run_bench as run_online, \
+        from .learn.bench import options_from_args as online_options, read_results, run_bench as run_online, \
             tables, write_json as write_online_json
         command = "bitforge " + shlex.join(sys.argv[1:])
         result = run_online(online_options(args), progress=_progress, command=command,
@@ -174,11 +174,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
             write_online_json(result, Path(args.json))
             out_console.print(f"wrote {args.json}")
         if args.online_docs:
-            from .bench_online import write_docs
+            from .learn.bench import write_docs
             page = write_docs(result, Path(args.online_docs), command)
             out_console.print(f"wrote {page}")
         return 0
-    from .bench import bench_emulate, write_json
+    from .bench.emulate import bench_emulate, write_json
 
     rows = bench_emulate(args.model, batch=args.batch, repeats=args.repeats)
     t = Table(title=f"bench emulate: {args.model}, batch {args.batch}", title_justify="left")
@@ -194,7 +194,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_rtl(args: argparse.Namespace) -> int:
-    from .bench_rtl import options_from_args, run_bench, table, write_json
+    from .bench.rtl import options_from_args, run_bench, table, write_json
 
     result = run_bench(options_from_args(args), progress=_progress)
     out_console.print(table(result))
@@ -310,7 +310,7 @@ def cmd_flow(args: argparse.Namespace) -> int:
         from .errors import BitforgeError
         raise BitforgeError("bitforge flow needs --target (e.g. --target ecp5-85f); see bitforge flow --help")
     if args.model.startswith("learn:"):  # an online learner: learn:TASK or learn:TASK-MODEL
-        from .learn_cmd import LearnOptions, run_learn_flow
+        from .learn.commands import LearnOptions, run_learn_flow
         task, _, kind = args.model[len("learn:"):].partition("-")
         sim = "both" if args.simulator == "none" else args.simulator
         run_learn_flow(LearnOptions(task=task, model=kind or "kan", rtl=True, simulator=sim, seed=args.seed),
@@ -467,18 +467,18 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--batch", type=int, default=10_000)
     b.add_argument("--repeats", type=int, default=7)
     b.add_argument("--json", metavar="FILE", help="write the rows as JSON")
-    from .bench_rtl import add_arguments as add_bench_rtl_arguments
+    from .bench.rtl import add_arguments as add_bench_rtl_arguments
     add_bench_rtl_arguments(b)
     from .compress.commands import add_bench_arguments as add_bench_compress_arguments
     add_bench_compress_arguments(b)
     from .compress.commands import add_neuqi_bench_arguments
     add_neuqi_bench_arguments(b)
-    from .bench_online import add_arguments as add_bench_online_arguments
+    from .learn.bench import add_arguments as add_bench_online_arguments
     add_bench_online_arguments(b)
     b.set_defaults(func=cmd_bench)
     from .compress.commands import add_commands as add_compress_commands
     add_compress_commands(sub, fmt)
-    from .learn_cmd import add_commands as add_learn_commands
+    from .learn.commands import add_commands as add_learn_commands
     add_learn_commands(sub, fmt)
     return p
 

@@ -236,7 +236,7 @@ def write_rtl(g: Graph, folder: Path, options: CompileOptions) -> dict:
 
 def _write_report(folder: Path, report: dict, t0: float) -> None:
     """``report.json`` is reproducible (same inputs and seed: same bytes); wall time goes to ``run.json``."""
-    from . import report_md
+    from .report import md as report_md
 
     report["tools"] = _versions()
     (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -1,7 +1,7 @@
 """The RTL online KAN learner: generated text, lint, and whole trajectories bit for bit on Icarus and Verilator.
 
 Every simulation compares every prediction and the coefficient memory (read back half way and at the end
-through the read-back port) with ``emulate_learn.run``. The default-run cases are short; the slow ones run
+through the read-back port) with ``learn.emulate.run``. The default-run cases are short; the slow ones run
 the issue's >= 10,000-sample trajectories and the ecp5-85f implementation.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from bitforge.models.online_tasks import make_task
 from bitforge.toolchain.backends.rtl import learner_kan
 from bitforge.toolchain.backends.rtl.learner_kan import basis_choice, generate_kan_learner
 from bitforge.toolchain.fixed import quantize
-from bitforge.toolchain.learner import LearnerError, LearnerFormats, LearnerSpec, UpdateRule, build_learner
+from bitforge.toolchain.learn.spec import LearnerError, LearnerFormats, LearnerSpec, UpdateRule, build_learner
 from bitforge.toolchain.verify import simulate_learner as sim_mod
 from bitforge.toolchain.verify.simulate_learner import simulate_learner, write_sources
 from bitforge.toolchain.verify.simulators import SimulationFailed, simulator_env
@@ -156,7 +156,7 @@ def test_learner_variants_on_icarus(tmp_path, case):
 def test_hidden_layers_learn_through_the_spline_derivatives(tmp_path):
     """A 3-layer KAN: every layer's coefficients move (the gradient reaches the first layer through two layers
     of spline derivatives), and the RTL follows the golden trajectory and state bit for bit."""
-    from bitforge.toolchain import emulate_learn
+    from bitforge.toolchain.learn import emulate as emulate_learn
 
     L = kan_learner(sizes=(2, 3, 2, 1))
     x, t, le = random_stream(L, 400, seed=9)
@@ -200,9 +200,9 @@ def test_t1_10000_samples_with_stalls(tmp_path, simulator):
 
 @pytest.mark.slow
 def test_the_65536_parameter_learner_is_bit_exact(tmp_path):
-    """The benchmark's >50k-parameter learner (``bench_online.BIG_KAN``: [16, 1], G = 4093, 1k-word block-RAM
+    """The benchmark's >50k-parameter learner (``learn.bench.BIG_KAN``: [16, 1], G = 4093, 1k-word block-RAM
     banks) on T4, every prediction and all 65,536 coefficients read back, on Verilator."""
-    from bitforge.toolchain.bench_online import big_kan_learner
+    from bitforge.toolchain.learn.bench import big_kan_learner
 
     L = big_kan_learner()
     assert L.n_params == 65_536
@@ -279,7 +279,7 @@ def random_stream_mlp(L, n, seed=0):
 
 
 def test_mlp_t1_reference_on_verilator(tmp_path):
-    from bitforge.toolchain.learn_cmd import LearnOptions, fixed_spec
+    from bitforge.toolchain.learn.commands import LearnOptions, fixed_spec
 
     L = build_learner(fixed_spec(LearnOptions("t1", model="mlp"))[0])
     x, t = task_codes(L, make_task("t1", 0, n=800))
@@ -289,7 +289,7 @@ def test_mlp_t1_reference_on_verilator(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("simulator", ["verilator"])  # Icarus runs this 560-multiplier design for minutes
 def test_mlp_t4_reference_10000_samples(tmp_path, simulator):
-    from bitforge.toolchain.learn_cmd import LearnOptions, fixed_spec
+    from bitforge.toolchain.learn.commands import LearnOptions, fixed_spec
 
     L = build_learner(fixed_spec(LearnOptions("t4", model="mlp", rounding="stochastic"))[0])
     x, t = task_codes(L, make_task("t4", 1))
@@ -317,7 +317,7 @@ def test_time_multiplexed_mlp_is_bit_exact(tmp_path, sizes, lanes):
 
 def test_mlp_lanes_are_chosen_from_the_dsp_budget():
     from bitforge.toolchain.backends.rtl.learner_mlp import choose_lanes, folded_multipliers, lanes_for
-    from bitforge.toolchain.learn_cmd import LearnOptions, fixed_spec
+    from bitforge.toolchain.learn.commands import LearnOptions, fixed_spec
 
     t4 = build_learner(fixed_spec(LearnOptions("t4", model="mlp"))[0])
     assert choose_lanes(t4, 6840) is None  # 560 multipliers fit an xcvu9p: fully parallel
@@ -334,7 +334,7 @@ def test_mlp_lanes_are_chosen_from_the_dsp_budget():
 
 @pytest.mark.slow
 def test_mlp_t1_reference_10000_samples_on_icarus(tmp_path):
-    from bitforge.toolchain.learn_cmd import LearnOptions, fixed_spec
+    from bitforge.toolchain.learn.commands import LearnOptions, fixed_spec
 
     L = build_learner(fixed_spec(LearnOptions("t1", model="mlp"))[0])
     x, t = task_codes(L, make_task("t1", 2, n=10_000))

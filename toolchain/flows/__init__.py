@@ -5,12 +5,9 @@ Vivado projects) comes from the Jinja2 templates in ``templates/``.
 """
 from __future__ import annotations
 
-import jinja2
+from ..templating import environment
 
 
 def render_template(name: str, **values: object) -> str:
     """Render ``templates/<name>``; an undefined value is an error, not an empty string."""
-    env = jinja2.Environment(loader=jinja2.PackageLoader("bitforge.toolchain.flows", "templates"),
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True,
-                             lstrip_blocks=True)
-    return env.get_template(name).render(**values)
+    return environment("bitforge.toolchain.flows").get_template(name).render(**values)

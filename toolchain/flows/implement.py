@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from ..errors import BitforgeError
-from ..report_file import update_report
+from ..report.file import update_report
 from .cache import StageCache, StageNotCached, write_atomic
 from .constraints import clock_port, gowin_cst
 from .nextpnr import place_and_route

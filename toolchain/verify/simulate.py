@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import emulate, ir
 from ..errors import BitforgeError
-from ..report_file import update_report
+from ..report.file import update_report
 from .simulators import SimulationFailed, expand, run_cocotb
 from .vectors import make_vectors
 

@@ -14,11 +14,11 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .. import emulate_learn
+from ..learn import emulate as emulate_learn
 from ..backends.rtl.generate import library_source
 from ..backends.rtl.learner_kan import LearnerRtl, coefficient_address, generate_kan_learner, pack_inputs
 from ..backends.rtl.learner_mlp import generate_mlp_folded, generate_mlp_learner, readback_words
-from ..learner import Learner, LearnerError
+from ..learn.spec import Learner, LearnerError
 from .simulators import SimulationFailed, expand, run_cocotb
 
 P_INPUT_GAP = 0.2

@@ -1,6 +1,6 @@
 """RTL of an online KAN learner: predict, error, back-propagate, sparse update, one sample per clock (II = 1).
 
-The generated core is bit-exact with :func:`bitforge.toolchain.emulate_learn.run` over whole trajectories.
+The generated core is bit-exact with :func:`bitforge.toolchain.learn.emulate.run` over whole trajectories.
 Per layer and input i the G+k coefficients of every output live in k+1 *cyclic banks* (bank j holds
 coefficient p with p mod (k+1) = j, at address p div (k+1), all outputs side by side in one word), so the
 k+1 active coefficients of a cell are always in k+1 different banks: one read and one write per bank per sample.
@@ -36,7 +36,7 @@ import numpy as np
 
 from ...bspline import CLOSED_FORM_POLYNOMIALS, basis_table
 from ...fixed import FixedType
-from ...learner import Learner, LearnerError, kan_accum_type, lane_seeds
+from ...learn.spec import Learner, LearnerError, kan_accum_type, lane_seeds
 from .generate import _env, verilog_name
 from .kan import CLOSED_FORM_LATENCY, _signed_width
 from .stages import OVERFLOW_CODE, ROUNDING_CODE, packed_parameter, verilog_literal
@@ -239,7 +239,7 @@ def _lanes(seeds, layer: int, n_out: int, n_in: int, k1: int) -> list[dict]:
 
 def _deep_layer(learner: Learner, l: int, n, seeds, *, prod_w: int, db_w: int, depth: int) -> dict:
     """Everything layer ``l`` >= 1 (inside the learn cycle) needs: its index map, tables, banks and widths."""
-    from ...emulate_learn import derivative_table
+    from ...learn.emulate import derivative_table
 
     f = learner.formats
     co, bt, et, st = f.coeff, f.basis, f.error, f.storage

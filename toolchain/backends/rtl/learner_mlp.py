@@ -2,7 +2,7 @@
 
 Every weight and bias is a register; one combinational clock does the forward pass (Dense, ReLU, ...), the
 error ``e = y - t``, the backward pass with the pre-update weights (``g_x = round(W^T g)`` and the ReLU mask),
-and every update ``w -= round((2 g x) >> lr_shift)``, exactly as :func:`bitforge.toolchain.emulate_learn.run`.
+and every update ``w -= round((2 g x) >> lr_shift)``, exactly as :func:`bitforge.toolchain.learn.emulate.run`.
 Unlike the KAN, every parameter moves on every sample, so nothing can be forwarded around a memory: the whole
 network is the loop. That costs 2 x (weights) + (hidden inputs x outputs) multipliers and a clock period of
 four multiplies in series; designs that do not fit a part say so in the implementation report (a
@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from ...learner import Learner, LearnerError, dense_accum_type, lane_seeds
+from ...learn.spec import Learner, LearnerError, dense_accum_type, lane_seeds
 from .generate import _env, verilog_name
 from .learner_kan import LearnerRtl, _balanced_sum, _clog2, _codes, _sext
 from .reuse import DSP_SHARE

@@ -1,7 +1,7 @@
 """``bitforge bench rtl``: bitforge's fully parallel RTL against da4ml's, same networks, same yosys, same run.
 
 Each design is one typed IR graph; bitforge compiles it (``--to rtl``, reuse 1) and da4ml traces the very same
-integer weights and fixed-point types (:mod:`.da4ml_baseline`). Both are wrapped in the same narrow-bus board
+integer weights and fixed-point types (:mod:`.da4ml`). Both are wrapped in the same narrow-bus board
 top, so the numbers compare the cores plus identical serialisers, and both go through ``implement``: yosys
 ``synth_xilinx`` for the ``xcvu9p`` estimate, yosys + nextpnr for ``ecp5-85f`` (Fmax after routing). A design
 that does not fit a part keeps its synthesis numbers with ``fmax_mhz`` null and the reason.
@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import ir
-from .errors import BitforgeError
+from .. import ir
+from ..errors import BitforgeError
 
 Progress = Callable[[str], None]
 
@@ -114,7 +114,7 @@ def parse_designs(text: Optional[str]) -> list[str]:
 def parse_targets(text: Optional[str]) -> list[str]:
     if text is None:
         return list(TARGETS)
-    from .flows.targets import get_target
+    from ..flows.targets import get_target
 
     names = [n.strip() for n in text.split(",") if n.strip()]
     for n in names:
@@ -144,7 +144,7 @@ def slice_graph(g: ir.Graph, dense_layers: int, name: str) -> ir.Graph:
 
 def bench_graph(design: BenchDesign, seed: int = 0) -> ir.Graph:
     """The typed IR both generators build: the recipe quantized at the design's precision, sliced if asked."""
-    from .compiler import load_model, prepare
+    from ..compiler import load_model, prepare
 
     g, _ = prepare(load_model(design.model, seed), design.precision)
     name = design.name.replace("-", "_")
@@ -179,7 +179,7 @@ def _keep_or_replace(fresh: Path, dest: Path) -> bool:
 
 def build_bitforge(g: ir.Graph, dest: Path, vectors: int, seed: int) -> Path:
     """``bitforge compile IR --to onnx --to rtl --reuse 1`` into ``dest`` (kept when unchanged)."""
-    from .compiler import CompileOptions, compile_model
+    from ..compiler import CompileOptions, compile_model
 
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".ir-", dir=dest.parent) as tmp:
@@ -193,7 +193,7 @@ def build_bitforge(g: ir.Graph, dest: Path, vectors: int, seed: int) -> Path:
 
 def build_da4ml(g: ir.Graph, dest: Path, options, vectors: int, seed: int):
     """da4ml's design for ``g`` in ``dest`` (kept when unchanged); returns (folder, equivalence with golden)."""
-    from . import da4ml_baseline as da
+    from . import da4ml as da
 
     comb = da.trace(g)
     equivalence = da.check_equivalence(g, comb, vectors, seed)
@@ -217,9 +217,9 @@ def row_from_entry(design: BenchDesign, generator: str, target: str, entry: dict
 
 def row_does_not_fit(design: BenchDesign, generator: str, target: str, folder: Path, error: Exception) -> BenchRow:
     """Synthesis numbers of a design too big for the part (from the synthesis stage's census), no Fmax."""
-    from .flows.implement import read_manifest
-    from .flows.targets import get_target
-    from .flows.yosys import STAT, read_cell_census
+    from ..flows.implement import read_manifest
+    from ..flows.targets import get_target
+    from ..flows.yosys import STAT, read_cell_census
 
     t = get_target(target)
     res = t.count_cells(read_cell_census(folder / "impl" / t.name / STAT))
@@ -231,8 +231,8 @@ def row_does_not_fit(design: BenchDesign, generator: str, target: str, folder: P
 
 def implement_row(design: BenchDesign, generator: str, target: str, folder: Path, clock_mhz: Optional[float],
                   progress: Progress) -> BenchRow:
-    from .flows.implement import TimingWarning, implement
-    from .flows.targets import DoesNotFit
+    from ..flows.implement import TimingWarning, implement
+    from ..flows.targets import DoesNotFit
 
     try:
         with warnings.catch_warnings():
@@ -249,10 +249,10 @@ def implement_row(design: BenchDesign, generator: str, target: str, folder: Path
 
 def synth_row(design: BenchDesign, generator: str, target: str, folder: Path, progress: Progress) -> BenchRow:
     """Synthesis numbers only (``--no-pnr``): the same yosys stage and cache as ``implement``, no Fmax."""
-    from .flows.cache import StageCache
-    from .flows.implement import read_manifest
-    from .flows.targets import get_target
-    from .flows.yosys import synthesize
+    from ..flows.cache import StageCache
+    from ..flows.implement import read_manifest
+    from ..flows.targets import get_target
+    from ..flows.yosys import synthesize
 
     t, out = get_target(target), folder.resolve()
     man = read_manifest(out)
@@ -297,7 +297,7 @@ class BenchOptions:
     designs: tuple[str, ...] = tuple(DESIGNS)
     targets: tuple[str, ...] = TARGETS
     work: Path = Path("out/bench-rtl")
-    latency_cutoff: Optional[float] = None  # None: da4ml_baseline.DEFAULT_LATENCY_CUTOFF
+    latency_cutoff: Optional[float] = None  # None: da4ml.DEFAULT_LATENCY_CUTOFF
     vectors: int = 500  # golden vs da4ml interpreter, and the ONNX check of the bitforge compile
     seed: int = 0
     clock_mhz: Optional[float] = None  # None: each target's default constraint
@@ -308,9 +308,9 @@ class BenchOptions:
 
 def run_bench(options: BenchOptions, progress: Progress = lambda m: None) -> BenchResult:
     """Build every design with both generators and implement each on every target; rows in a stable order."""
-    from . import da4ml_baseline as da
-    from .flows.targets import get_target
-    from .flows.tools import TOOLS
+    from . import da4ml as da
+    from ..flows.targets import get_target
+    from ..flows.tools import TOOLS
 
     da.require_da4ml()
     da_options = da.Da4mlOptions(**({} if options.latency_cutoff is None else
@@ -356,8 +356,8 @@ def _simulate(folder: Path, options: BenchOptions, progress: Progress) -> dict:
     """cocotb bit-exactness of the design's core against the golden model (``--simulate``); {} when skipped."""
     if options.simulate == "none":
         return {}
-    from .verify.simulate import simulate
-    from .verify.simulators import SimulationFailed
+    from ..verify.simulate import simulate
+    from ..verify.simulators import SimulationFailed
 
     try:
         return simulate(folder, options.simulate, options.sim_vectors, options.seed, progress=progress)

@@ -26,9 +26,9 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from . import emulate_learn
-from .errors import BitforgeError
-from .fixed import quantize
+from . import emulate as emulate_learn
+from ..errors import BitforgeError
+from ..fixed import quantize
 
 Progress = Callable[[str], None]
 
@@ -65,7 +65,7 @@ SCALING_GRID_RANGE = (-1.5, 1.5)
 #: (3 u bits); one 1k x 18 block RAM per bank (64 in all).
 BIG_KAN = {"sizes": (16, 1), "grid_size": 4093, "grid_range": (-1.0, -1.0 + 4093 / 2048)}
 #: The scaling table's caption (docs/bench-online.md).
-SCALING_NOTE = ("Every scaling point is built in the same formats (`bench_online.SCALING_FORMATS`): datapath "
+SCALING_NOTE = ("Every scaling point is built in the same formats (`learn.bench.SCALING_FORMATS`): datapath "
                 "`<14,2>`, 18-bit coefficients and weights (4 guard bits), 16-bit inputs. The KAN sweep's grid is "
                 "(-1.5, 1.5), whose step 3 / G is a power of two, and its input's binary point leaves 8 bits of "
                 "local coordinate at every G (`<16,7>` at G = 6 to `<16,2>` at G = 192); the >50k-parameter KAN has "
@@ -144,8 +144,8 @@ def merge_results(earlier: list[OnlineBenchResult], res: OnlineBenchResult) -> O
 # -- accuracy ---------------------------------------------------------------------------------------------
 
 def _fixed_run(task, opts) -> dict:
-    from .learn_cmd import _metrics, fixed_spec
-    from .learner import build_learner
+    from .commands import _metrics, fixed_spec
+    from .spec import build_learner
 
     spec, _ = fixed_spec(opts)
     with warnings.catch_warnings():
@@ -170,7 +170,7 @@ def accuracy_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]
     from bitforge.models.online_learners import reference_spec, run_prequential
     from bitforge.models.online_tasks import make_task
 
-    from .learn_cmd import LearnOptions, _metrics, accuracy_row, format_label
+    from .commands import LearnOptions, _metrics, accuracy_row, format_label
 
     rows = []
     for task_name in options.tasks:
@@ -212,8 +212,8 @@ def t5_config(model: str, episodes: int):
 def t5_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
     from bitforge.models.online_learners import run_a2c
 
-    from .learn_a2c import run_a2c_fixed
-    from .learn_cmd import format_label
+    from .a2c import run_a2c_fixed
+    from .commands import format_label
 
     rows = []
     for model in MODELS:
@@ -239,13 +239,13 @@ def _implement_learner(learner, name: str, target: str, work: Path, progress: Pr
                        model: str = "kan", seed: int = 1) -> dict:
     """One learner through ``implement``; inside :func:`.flows.cache.cached_only` (``--cached-flows``) a design
     whose flow has not finished is listed "not run" instead of started."""
-    from .flows.cache import StageNotCached
-    from .flows.implement import TimingWarning, implement
-    from .flows.targets import DoesNotFit, get_target
-    from .learn_cmd import hardware_row, learner_pnr_options
-    from .verify.simulate_learner import generate_learner, write_sources
+    from ..flows.cache import StageNotCached
+    from ..flows.implement import TimingWarning, implement
+    from ..flows.targets import DoesNotFit, get_target
+    from .commands import hardware_row, learner_pnr_options
+    from ..verify.simulate_learner import generate_learner, write_sources
 
-    from .backends.rtl.learner_mlp import choose_lanes
+    from ..backends.rtl.learner_mlp import choose_lanes
 
     lanes = choose_lanes(learner, get_target(target).budget.dsp)
     design = generate_learner(learner, mlp_lanes=lanes)
@@ -286,8 +286,8 @@ def _implement_learner(learner, name: str, target: str, work: Path, progress: Pr
 
 
 def _learner(task: str, model: str, **over):
-    from .learn_cmd import LearnOptions, fixed_spec
-    from .learner import build_learner
+    from .commands import LearnOptions, fixed_spec
+    from .spec import build_learner
 
     spec, _ = fixed_spec(LearnOptions(task=task, model=model))
     if over:  # all at once: a large G is only valid with the formats and grid that come with it
@@ -312,7 +312,7 @@ def hardware_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]
 def scaling_formats(grid_size: Optional[int] = None):
     """The sweep's formats; for a KAN on :data:`SCALING_GRID_RANGE` with a power-of-two step, the 16-bit input
     with :data:`SCALING_U_BITS` bits below the cell index (fixed<16,7> at G = 6 ... fixed<16,2> at G = 192)."""
-    from .learner import LearnerFormats
+    from .spec import LearnerFormats
 
     f = SCALING_FORMATS
     width, frac = 16, 16 - 2
@@ -440,7 +440,7 @@ def run_bench(options: OnlineBenchOptions, progress: Progress = lambda m: None, 
               earlier: Sequence[OnlineBenchResult] = ()) -> OnlineBenchResult:
     """Run the selected sections; ``earlier`` results (see :func:`merge_results`) fill in the rest before the
     plots are drawn."""
-    from .flows.cache import cached_only
+    from ..flows.cache import cached_only
 
     options.work.mkdir(parents=True, exist_ok=True)
     res = OnlineBenchResult(options={k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()},

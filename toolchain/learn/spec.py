@@ -1,7 +1,7 @@
 """Online learners as IR: a graph of KAN (or Dense + ReLU) nodes holding the INITIAL state, plus its update rule.
 
 A learner predicts, computes its error on chip and updates, one sample per step (RESEARCH.md section 1).
-``emulate_learn.run`` defines its trajectory bit for bit; the RTL learner generator implements the same
+``learn.emulate.run`` defines its trajectory bit for bit; the RTL learner generator implements the same
 arithmetic. Everything a hardware learner needs to be generated lives in :class:`LearnerSpec`:
 
 * **Storage with guard bits.** Coefficients (MLP: weights and biases) are *stored* in ``formats.storage``, which
@@ -35,10 +35,10 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from . import ir
-from .bspline import BASIS_IMPLS, CLOSED_FORM_POLYNOMIALS, basis_table, index_params
-from .errors import BitforgeError
-from .fixed import FixedType, Overflow, Rounding, out_of_range, parse_type, quantize, requantize
+from .. import ir
+from ..bspline import BASIS_IMPLS, CLOSED_FORM_POLYNOMIALS, basis_table, index_params
+from ..errors import BitforgeError
+from ..fixed import FixedType, Overflow, Rounding, out_of_range, parse_type, quantize, requantize
 
 __all__ = [
     "LearnerError", "LearnerWarning", "UpdateRule", "LearnerFormats", "LearnerSpec", "Learner", "build_learner",
@@ -552,7 +552,7 @@ def load_learner(folder: Union[str, os.PathLike]) -> Learner:
     doc = g.metadata.get(METADATA_KEY)
     if not isinstance(doc, dict):
         raise LearnerError(f"{folder}: model.json has no metadata['{METADATA_KEY}']: this IR folder is a plain model, "
-                           "not a learner (write one with bitforge.toolchain.learner.save_learner)")
+                           "not a learner (write one with bitforge.toolchain.learn.spec.save_learner)")
     if doc.get("version") != LEARNER_VERSION:
         raise LearnerError(f"{folder}: learner format version {doc.get('version')} is not supported (this bitforge "
                            f"reads {LEARNER_VERSION})")

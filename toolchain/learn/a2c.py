@@ -1,7 +1,7 @@
 """T5: A2C on CartPole with the bit-exact fixed-point learner, one environment step per update.
 
 The learner core learns from (x, target, learn-enable) samples and computes its error ``e = y_hat - t`` on chip
-(:mod:`.emulate_learn`). Actor-critic fits that interface with a small controller around it, modelled here in
+(:mod:`.emulate`). Actor-critic fits that interface with a small controller around it, modelled here in
 integers so that the whole closed loop is reproducible bit for bit:
 
 1. ``predict(s)``: logits ``l0, l1`` and the value ``V(s)`` (datapath codes); ``predict(s')`` gives ``V(s')``
@@ -26,9 +26,10 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from . import emulate_learn, fixed
-from .fixed import FixedType
-from .learner import LearnerError, LearnerFormats, LearnerSpec, UpdateRule, build_learner
+from .. import fixed
+from . import emulate as emulate_learn
+from ..fixed import FixedType
+from .spec import LearnerError, LearnerFormats, LearnerSpec, UpdateRule, build_learner
 
 P_BITS = 12
 SIGMOID_STEP = 2.0 ** -5

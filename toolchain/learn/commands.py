@@ -26,11 +26,11 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from . import emulate_learn
-from .errors import BitforgeError
-from .fixed import quantize
-from .learner import Learner, LearnerFormats, LearnerSpec, UpdateRule, build_learner, save_learner
-from .report_file import update_report
+from . import emulate as emulate_learn
+from ..errors import BitforgeError
+from ..fixed import quantize
+from .spec import Learner, LearnerFormats, LearnerSpec, UpdateRule, build_learner, save_learner
+from ..report.file import update_report
 
 Progress = Callable[[str], None]
 TASKS = ("t1", "t2", "t4")
@@ -55,11 +55,11 @@ class LearnOptions:
 
 
 def learner_pnr_options() -> tuple[str, ...]:
-    """nextpnr options for a learner: the electrostatic placer and router2 (``bench_rtl.PNR_OPTIONS``). nextpnr's
+    """nextpnr options for a learner: the electrostatic placer and router2 (``bench.rtl.PNR_OPTIONS``). nextpnr's
     default HeAP placer packs the learners' multiplier arrays so tightly that router1 crawls (T1's 80-DSP MLP:
     3,600 arcs left after 700 s; T4's 128-DSP KAN: 79k after 450 s); the static placer and router2 route them in
     minutes."""
-    from .bench_rtl import PNR_OPTIONS
+    from ..bench.rtl import PNR_OPTIONS
 
     return PNR_OPTIONS
 
@@ -190,7 +190,7 @@ def run_learn(opts: LearnOptions, out: Path, progress: Progress = lambda m: None
 
 
 def _rtl(learner: Learner, x: np.ndarray, t: np.ndarray, folder: Path, opts: LearnOptions, progress: Progress) -> dict:
-    from .verify.simulate_learner import generate_learner, simulate_learner, write_sources
+    from ..verify.simulate_learner import generate_learner, simulate_learner, write_sources
 
     design = generate_learner(learner, opts.basis, opts.mlp_lanes)
     write_sources(design, folder / "rtl")
@@ -254,8 +254,8 @@ def run_learn_flow(opts: LearnOptions, out: Path, target: Optional[str], printer
     if target and opts.model == "mlp" and opts.mlp_lanes is None:
         from dataclasses import replace as dc_replace
 
-        from .backends.rtl.learner_mlp import choose_lanes
-        from .flows.targets import get_target
+        from ..backends.rtl.learner_mlp import choose_lanes
+        from ..flows.targets import get_target
 
         lanes = choose_lanes(build_learner(fixed_spec(opts)[0]), get_target(target).budget.dsp)
         if lanes is not None:
@@ -274,7 +274,7 @@ def run_learn_flow(opts: LearnOptions, out: Path, target: Optional[str], printer
     if target:
         import warnings
 
-        from .flows.implement import TimingWarning, implement
+        from ..flows.implement import TimingWarning, implement
 
         with warnings.catch_warnings():  # progress() has shown it; report.json keeps it
             warnings.simplefilter("ignore", TimingWarning)
@@ -328,7 +328,7 @@ def add_commands(sub, fmt) -> None:
     p.add_argument("--pnr-seed", type=int, default=1)
 
     def cmd(args: argparse.Namespace) -> int:
-        from .cli import _progress, out_console
+        from ..cli import _progress, out_console
         run_learn_flow(options_from_args(args), Path(args.output), args.target, out_console.print, _progress,
                        args.pnr_seed)
         return 0

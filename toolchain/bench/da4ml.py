@@ -21,12 +21,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-import jinja2
 import numpy as np
 
-from . import emulate, fixed, ir
-from .errors import BitforgeError
-from .fixed import FixedType, Overflow, Rounding
+from .. import emulate, fixed, ir
+from ..errors import BitforgeError
+from ..fixed import FixedType, Overflow, Rounding
 
 #: The da4ml release this module is written against (the ``bench`` extra pins it).
 DA4ML_VERSION = "0.6.0"
@@ -161,7 +160,7 @@ def _dense(x, weight: np.ndarray, wt: FixedType, bias, bt, accum: FixedType, out
 
 def hardware_input(g: ir.Graph) -> str:
     """The tensor the hardware receives (the host does the input Quantize), as in the RTL backend."""
-    from .backends.rtl.generate import hardware_chain
+    from ..backends.rtl.generate import hardware_chain
 
     return hardware_chain(g)[0].inputs[0]
 
@@ -171,7 +170,7 @@ def trace(g: ir.Graph):
     require_da4ml()
     from da4ml.trace import FixedVariableArray, HWConfig, comb_trace
 
-    from .backends.rtl.generate import hardware_chain
+    from ..backends.rtl.generate import hardware_chain
 
     chain = hardware_chain(g)
     spec = g.tensors[chain[0].inputs[0]]
@@ -210,7 +209,7 @@ def interpret(comb, x_codes: np.ndarray, x_type: FixedType, y_type: FixedType) -
 
 def check_equivalence(g: ir.Graph, comb, vectors: int = 500, seed: int = 0) -> Equivalence:
     """Golden model vs da4ml's interpreter on ``vectors`` seeded vectors (edge values first)."""
-    from .verify.vectors import make_vectors
+    from ..verify.vectors import make_vectors
 
     x_name, y_name = hardware_input(g), g.outputs[0]
     env = emulate.run(g, make_vectors(g, vectors, seed), keep=True)
@@ -245,11 +244,10 @@ def element_maps(count: int, src: tuple[int, int, bool], dst: tuple[int, int], w
     return [ElementMap(j * src_w, src_w, signed, j * dst_w, dst_w, shift) for j in range(count)]
 
 
-def _template_env() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.ChoiceLoader([
-        jinja2.PackageLoader("bitforge.toolchain", "templates"),
-        jinja2.PackageLoader("bitforge.toolchain.backends.rtl", "templates")]),
-        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+def _template_env():
+    from ..templating import environment
+
+    return environment("bitforge.toolchain.bench", "bitforge.toolchain.backends.rtl")
 
 
 def _da4ml_sources(comb, da_top: str, latency_cutoff: float) -> tuple[dict[str, str], Any]:
@@ -269,7 +267,7 @@ def _da4ml_sources(comb, da_top: str, latency_cutoff: float) -> tuple[dict[str, 
 
 def generate(g: ir.Graph, comb, options: Da4mlOptions = Da4mlOptions()) -> Da4mlDesign:
     """da4ml's pipeline for ``comb``, wrapped as a bitforge core (``<name>``) and board top (``<name>_board``)."""
-    from .backends.rtl.generate import library_source, verilog_name
+    from ..backends.rtl.generate import library_source, verilog_name
 
     name = verilog_name(g.name) + "_da4ml"
     da_top = name + "_pipe"
@@ -314,7 +312,7 @@ def write_design(g: ir.Graph, design: Da4mlDesign, out: Path, options: Da4mlOpti
                                math.prod(ys.shape) * ys.dtype.width, options.bus_width)
     (out / "rtl" / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     (out / "report.json").write_text(json.dumps(_report(g, manifest, options, equivalence), indent=2) + "\n")
-    from . import report_md
+    from ..report import md as report_md
 
     report_md.write(out)
     return out

@@ -10,7 +10,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import emulate
+from .. import emulate
 
 
 @dataclass
@@ -38,9 +38,9 @@ def _median_seconds(fn: Callable[[], object], repeats: int) -> float:
 
 def bench_emulate(model: str = "jet-mlp", batch: int = 10_000, repeats: int = 7, seed: int = 0) -> list[BenchRow]:
     """Golden model vs ONNX Runtime on the same exported model and the same batch of vectors."""
-    from .backends.onnx_backend import make_session, to_onnx
-    from .compiler import load_model, prepare
-    from .verify.vectors import make_vectors
+    from ..backends.onnx_backend import make_session, to_onnx
+    from ..compiler import load_model, prepare
+    from ..verify.vectors import make_vectors
 
     g, _ = prepare(load_model(model, seed), None)
     proto = to_onnx(g)

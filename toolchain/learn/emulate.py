@@ -3,7 +3,7 @@
 Per sample t (predict, then update on the same sample; RESEARCH.md section 1):
 
 1. **Forward** with the current coefficients, exactly :func:`bitforge.toolchain.emulate.kan_fixed` on the
-   learner's :meth:`~bitforge.toolchain.learner.Learner.inference_graph` (coefficients read storage -> coeff),
+   learner's :meth:`~bitforge.toolchain.learn.spec.Learner.inference_graph` (coefficients read storage -> coeff),
    so an inference RTL that matches ``kan_fixed`` matches the prediction. MLP: ``emulate.dense_stage`` + ReLU.
 2. **Error** ``e = y_hat - t`` (exact), requantized into ``formats.error``. The output layer's back-propagated
    error is ``g = e``; the feedback 2e is a free left shift folded into the update shift.
@@ -31,19 +31,10 @@ from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 
-from . import fixed, ir
-from .bspline import basis_table, cell_and_u
-from .fixed import FixedType
-from .learner import (
-    LFSR_WIDTH,
-    Learner,
-    LearnerError,
-    LearnerFormats,
-    State,
-    dense_accum_type,
-    kan_accum_type,
-    lane_seeds,
-)
+from .. import fixed, ir
+from ..bspline import basis_table, cell_and_u
+from ..fixed import FixedType
+from .spec import LFSR_WIDTH, Learner, LearnerError, LearnerFormats, State, dense_accum_type, kan_accum_type, lane_seeds
 
 __all__ = ["Stepper", "Trajectory", "run", "derivative_table", "lfsr_step", "lfsr_leap", "IndexFn"]
 

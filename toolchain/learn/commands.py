@@ -328,9 +328,8 @@ def add_commands(sub, fmt) -> None:
     p.add_argument("--pnr-seed", type=int, default=1)
 
     def cmd(args: argparse.Namespace) -> int:
-        from ..cli import _progress, out_console
-        run_learn_flow(options_from_args(args), Path(args.output), args.target, out_console.print, _progress,
-                       args.pnr_seed)
+        from ..console import progress, result
+        run_learn_flow(options_from_args(args), Path(args.output), args.target, result, progress, args.pnr_seed)
         return 0
 
     p.set_defaults(func=cmd)

@@ -1,0 +1,108 @@
+"""Everything bitforge prints: the two consoles, progress lines and bars, warnings, and the summaries that
+several commands share.
+
+Results go to stdout (``out_console``: tables, "wrote ..." lines, verification results) and everything about
+the run goes to stderr (``console``: progress, warnings, errors), so ``bitforge ... > result.txt`` keeps the
+result clean. Library code reports through callbacks (``progress``) and return values; only the command
+modules (``cli``, ``*/commands.py``) import this module.
+"""
+from __future__ import annotations
+
+import contextlib
+import textwrap
+from pathlib import Path
+from typing import Callable
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+console = Console(stderr=True, highlight=False)
+out_console = Console(highlight=False)
+
+
+def examples(text: str) -> str:
+    """The ``examples:`` epilog of a command's ``--help``."""
+    return "examples:\n" + textwrap.indent(textwrap.dedent(text).strip(), "  ")
+
+
+def progress(msg: str) -> None:
+    """One progress line on stderr (the ``progress`` callback that library functions take)."""
+    console.print(f"[dim]·[/dim] {escape(msg)}", soft_wrap=True)
+
+
+def warn(msg: str) -> None:
+    console.print(f"[yellow]warning:[/yellow] {escape(str(msg))}", soft_wrap=True)
+
+
+def note(msg: str) -> None:
+    console.print(f"[cyan]note:[/cyan] {escape(str(msg))}", soft_wrap=True)
+
+
+def error(msg: str, kind: str = "error") -> None:
+    console.print(f"[bold red]{kind}:[/bold red] {escape(str(msg))}", soft_wrap=True)
+
+
+def result(msg: str) -> None:
+    """A result line on stdout (markup in ``msg`` is printed literally)."""
+    out_console.print(escape(str(msg)), soft_wrap=True)
+
+
+def table_console(width: int = 140) -> Console:
+    """stdout for a wide table: the terminal itself, or a fixed width for a log file (so it is not wrapped into 80
+    columns)."""
+    return out_console if out_console.is_terminal else Console(highlight=False, width=width)
+
+
+def counted_progress(title: str) -> tuple[contextlib.AbstractContextManager, Callable[[int, int, str], None]]:
+    """A rich progress bar and the ``(done, total, note)`` callback that advances it; when stderr is not a terminal
+    (CI logs), one plain line per step instead."""
+    if not console.is_terminal:
+        def line(done: int, total: int, note_text: str) -> None:
+            progress(f"{title}: {done}/{total} {note_text}")
+        return contextlib.nullcontext(), line
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TextColumn("{task.fields[note]}"), console=console, transient=False)
+    task = bar.add_task(title, total=None, note="")
+
+    def callback(done: int, total: int, note_text: str) -> None:
+        bar.update(task, completed=done, total=total, note=note_text)
+    return bar, callback
+
+
+# -- summaries shared by compile, flow and demo ---------------------------------------------------------------
+
+def print_compile_summary(report: dict, out: Path) -> None:
+    """The layer table, the precision warnings and the ONNX verification line of a compile report."""
+    t = Table(title=f"{report['graph']['name']} -> {out}", title_justify="left")
+    for col in ("node", "op", "shape", "type", "parameters"):
+        t.add_column(col, justify="right" if col == "parameters" else "left")
+    for row in report["graph"]["layers"]:
+        t.add_row(*(str(row[c]) for c in ("node", "op", "shape", "type", "parameters")))
+    out_console.print(t)
+    for w in report["precision"]["warnings"]:
+        warn(w)
+    v = report["verification"].get("golden_vs_onnxruntime")
+    if v:
+        kind = "bit-exact" if v["exact"] else f"within rtol {v['tolerance']['rtol']}"
+        result(f"golden model vs ONNX Runtime: {v['vectors']:,} vectors, {v['mismatches']} mismatches ({kind})")
+
+
+def print_simulation(sim: str, r: dict) -> None:
+    result(f"golden model vs RTL ({sim}): {r['vectors']:,} vectors, {r['mismatches']} mismatches, "
+           f"{r['cycles']:,} cycles with random stalls")
+
+
+def print_target(target: str, r: dict) -> None:
+    """One target's implementation row: resources, Fmax, latency, II, bitstream."""
+    t = Table(title=f"{target}", title_justify="left")
+    for col in ("LUT", "FF", "DSP", "BRAM", "Fmax MHz", "latency", "II", "bitstream"):
+        t.add_column(col, justify="right")
+    lat = f"{r.get('latency_cycles')} cyc"
+    if r.get("latency_ns") is not None:
+        lat += f" = {r['latency_ns']:.1f} ns"
+    fmax = r.get("fmax_mhz")
+    t.add_row(*(str(r.get(k)) for k in ("lut", "ff", "dsp", "bram")), f"{fmax:.1f}" if fmax else "-", lat,
+              str(r.get("ii")), str(r.get("bitstream") or "none (synthesis estimate)"))
+    out_console.print(t)

@@ -50,13 +50,6 @@ def exact_matmul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return np.dot(x.astype(object), w.astype(object).T)
 
 
-def _need(n: Node, value, what: str):
-    if value is None:
-        raise EmulationError(f"{n.describe()}: {what} is not set; run the precision pass "
-                             "(bitforge.toolchain.passes.precision.infer_precision) first")
-    return value
-
-
 def dense_stage(x: np.ndarray, xt: FixedType, w: np.ndarray, wt: FixedType, bias, bt, accum: FixedType,
                 out: FixedType) -> np.ndarray:
     """One fixed-point ``W x + b`` with an exact accumulator, then the accumulator's overflow and a requantize."""
@@ -82,11 +75,11 @@ def _run_fixed(g: Graph, n: Node, args: list[np.ndarray]) -> np.ndarray:
         return fixed.requantize(s, st, out)
     if isinstance(n, Dense):
         return dense_stage(x, ins[0], n.weight, n.weight_type, n.bias, n.bias_type,
-                           _need(n, n.accum_type, "accum_type"), out)
+                           n.need("accum_type", EmulationError), out)
     if isinstance(n, LowRankDense):
-        h = dense_stage(x, ins[0], n.v, n.v_type, None, None, _need(n, n.accum_v_type, "accum_v_type"), n.mid_type)
+        h = dense_stage(x, ins[0], n.v, n.v_type, None, None, n.need("accum_v_type", EmulationError), n.mid_type)
         return dense_stage(h, n.mid_type, n.u, n.u_type, n.bias, n.bias_type,
-                           _need(n, n.accum_type, "accum_type"), out)
+                           n.need("accum_type", EmulationError), out)
     if isinstance(n, KANLayer):
         return kan_fixed(n, x, out)
     raise EmulationError(f"{n.describe()}: no golden-model rule for op {n.OP}")
@@ -94,7 +87,7 @@ def _run_fixed(g: Graph, n: Node, args: list[np.ndarray]) -> np.ndarray:
 
 def kan_fixed(n: KANLayer, x: np.ndarray, out: FixedType) -> np.ndarray:
     """Fixed-point KAN layer: integer cell/u, basis table, exact sum over inputs and the k+1 active bases."""
-    accum = _need(n, n.accum_type, "accum_type")
+    accum = n.need("accum_type", EmulationError)
     cell, u = cell_and_u(x, n.grid_size, n.u_bits, n.index_lo, n.index_mult, n.index_shift)  # (N, in)
     table = basis_table(n.order, n.u_bits, n.basis_type, n.basis_impl)  # (2**U, k+1)
     b = table[u]  # (N, in, k+1)

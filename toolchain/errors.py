@@ -10,6 +10,11 @@ class BitforgeError(ValueError):
     """Bad input: the message names the file, node or layer, what was expected and found, and what to do."""
 
 
+class IRError(BitforgeError):
+    """A graph that breaks one of the IR's rules; the message names the node or tensor (``bitforge.toolchain.ir``
+    re-exports it: the IR's rules live in ``validate``, which must not import ``ir``)."""
+
+
 class VerificationFailed(RuntimeError):
     """An executor disagreed with the golden model: a bug to report, never a tolerance to widen (exit 1)."""
 

@@ -22,7 +22,7 @@ from .errors import BitforgeError
 __all__ = [
     "Rounding", "Overflow", "FixedType", "FixedTypeError", "parse_type",
     "quantize", "to_float", "requantize", "add", "sub", "multiply", "shift", "accumulate",
-    "add_type", "mul_type", "accumulate_type", "apply_overflow", "shift_round", "int_array", "out_of_range",
+    "add_type", "mul_type", "accumulate_type", "clog2", "apply_overflow", "shift_round", "int_array", "out_of_range",
 ]
 
 #: int64 is used while every intermediate fits in this many bits (one spare bit for sums).
@@ -393,9 +393,15 @@ def mul_type(a: FixedType, b: FixedType) -> FixedType:
     return FixedType(a.width + b.width, a.integer + b.integer, a.signed or b.signed)
 
 
+def clog2(n: int) -> int:
+    """ceil(log2(n)) without float rounding, 0 for n <= 1 (Verilog's $clog2): the bits a sum of ``n`` terms
+    grows by, or the bits of an index over ``n`` things."""
+    return (n - 1).bit_length() if n > 1 else 0
+
+
 def accumulate_type(t: FixedType, n: int) -> FixedType:
     """Type that holds the sum of ``n`` values of ``t`` exactly."""
-    grow = (n - 1).bit_length() if n > 1 else 0  # ceil(log2(n)) without float rounding
+    grow = clog2(n)
     return FixedType(t.width + grow, t.integer + grow, t.signed)
 
 

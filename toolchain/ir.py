@@ -19,7 +19,7 @@ from typing import ClassVar, Iterable, Optional, Union
 
 import numpy as np
 
-from .errors import BitforgeError
+from .errors import BitforgeError, IRError
 from .fixed import FixedType, FixedTypeError, parse_type
 
 FORMAT = "bitforge-ir"
@@ -27,10 +27,6 @@ VERSION = 1
 
 #: A tensor's element type: a fixed-point type, or ``None`` for float32.
 DType = Optional[FixedType]
-
-
-class IRError(BitforgeError):
-    """A graph that breaks one of the IR's rules; the message names the node or tensor."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +86,17 @@ class Node:
 
     def describe(self) -> str:
         return f"{self.OP} '{self.name}'"
+
+    def need(self, field: str, error: type[BitforgeError] = IRError, before: str = "first") -> FixedType:
+        """The type in ``field`` (``accum_type``, ``weight_type``, ...). Frontends may leave these unset for
+        the precision pass to infer, so a stage that meets an unset one raises ``error`` (its own error class:
+        the caller can tell which stage refused), naming the node, the field and the pass to run ``before``
+        it (e.g. "before generating RTL")."""
+        value = getattr(self, field)
+        if value is None:
+            raise error(f"{self.describe()}: {field} is not set; run the precision pass "
+                        f"(bitforge.toolchain.passes.precision.infer_precision) {before}")
+        return value
 
 
 @dataclass

@@ -1,25 +1,21 @@
 """The IR's rules, checked one by one; each failure names the node (or tensor) and what was expected.
 
-Kept apart from ``ir`` so the data structures stay small; ``ir.validate`` calls :func:`check_graph`.
+Kept apart from ``ir`` so the data structures stay small; ``ir.validate`` calls :func:`check_graph`. This
+module imports nothing from ``ir`` at run time (rules dispatch on ``Node.OP``, the error class lives in
+``errors``), so ``ir`` can call it without an import cycle.
 """
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .bspline import BASIS_IMPLS, CLOSED_FORM_POLYNOMIALS
+from .errors import IRError
 from .fixed import FixedType
-from .ir import (
-    Add,
-    Dense,
-    Graph,
-    IRError,
-    KANLayer,
-    LowRankDense,
-    Node,
-    Quantize,
-    ReLU,
-    Requantize,
-)
+
+if TYPE_CHECKING:
+    from .ir import Graph, Node
 
 ARITY = {"Quantize": 1, "Requantize": 1, "ReLU": 1, "Add": 2, "Dense": 1, "LowRankDense": 1, "KANLayer": 1}
 
@@ -88,29 +84,29 @@ def _check_dense_stage(n: Node, x, w, w_type, bias, bias_type, accum, label: str
 
 def _check_node(g: Graph, n: Node, ins, out) -> None:
     x = ins[0]
-    if isinstance(n, Quantize):
+    if n.OP == "Quantize":
         if not x.is_float or out.is_float:
             raise IRError(f"{n.describe()}: expected float input and fixed output, found {x.type_str()} -> "
                           f"{out.type_str()}")
         if x.shape != out.shape:
             raise _shape_err(n, "output shape", x.shape, out.shape)
         return
-    if isinstance(n, (Requantize, ReLU)):
+    if n.OP in ("Requantize", "ReLU"):
         if x.shape != out.shape:
             raise _shape_err(n, "output shape", x.shape, out.shape)
-        if isinstance(n, Requantize) and (x.is_float or out.is_float):
+        if n.OP == "Requantize" and (x.is_float or out.is_float):
             raise IRError(f"{n.describe()}: Requantize needs fixed input and output, found {x.type_str()} -> "
                           f"{out.type_str()}")
         if x.is_float != out.is_float:
             raise IRError(f"{n.describe()}: input is {x.type_str()} but output is {out.type_str()}")
         return
-    if isinstance(n, Add):
+    if n.OP == "Add":
         if ins[0].shape != ins[1].shape or out.shape != ins[0].shape:
             raise _shape_err(n, "operand shapes", ins[0].shape, f"{ins[1].shape} -> {out.shape}")
         if len({t.is_float for t in (*ins, out)}) != 1:
             raise IRError(f"{n.describe()}: operands and result must all be fixed or all float")
         return
-    if isinstance(n, Dense):
+    if n.OP == "Dense":
         w = n.weight
         if w is None or w.ndim != 2:
             raise IRError(f"{n.describe()}: weight must be a 2-D (out, in) array")
@@ -125,7 +121,7 @@ def _check_node(g: Graph, n: Node, ins, out) -> None:
                 raise IRError(f"{n.describe()}: fixed input but float output")
             _check_dense_stage(n, x.dtype, w, n.weight_type, n.bias, n.bias_type, n.accum_type, "")
         return
-    if isinstance(n, LowRankDense):
+    if n.OP == "LowRankDense":
         if n.u is None or n.v is None or n.u.ndim != 2 or n.v.ndim != 2:
             raise IRError(f"{n.describe()}: u (out, rank) and v (rank, in) must be 2-D arrays")
         if n.u.shape[1] != n.v.shape[0]:
@@ -140,7 +136,7 @@ def _check_node(g: Graph, n: Node, ins, out) -> None:
             _check_dense_stage(n, x.dtype, n.v, n.v_type, None, None, n.accum_v_type, "v")
             _check_dense_stage(n, n.mid_type, n.u, n.u_type, n.bias, n.bias_type, n.accum_type, "u")
         return
-    if isinstance(n, KANLayer):
+    if n.OP == "KANLayer":
         c = n.coeffs
         if c is None or c.ndim != 3:
             raise IRError(f"{n.describe()}: coeffs must be a 3-D (out, in, G+k) array")

@@ -15,7 +15,7 @@ import random
 
 import cocotb
 import numpy as np
-from bitforge.toolchain.verify.cocotb_bench import pack, unpack
+from bitforge.toolchain.backends.rtl.verilog import pack_word as pack, unpack_word as unpack
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly
 

@@ -12,15 +12,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from bitforge.toolchain import emulate, fixed, ir
 from bitforge.toolchain.backends.rtl import dense  # noqa: F401  (importing it registers the emitters)
-from bitforge.toolchain.backends.rtl.stages import (
-    EMITTERS,
-    Ports,
-    Stage,
-    StageRequest,
-    type_parameters,
-)
+from bitforge.toolchain.backends.rtl.stages import EMITTERS, Ports, Stage, StageRequest
+from bitforge.toolchain.backends.rtl.verilog import pack_word as pack
+from bitforge.toolchain.backends.rtl.verilog import type_parameters
+from bitforge.toolchain.backends.rtl.verilog import unpack_word as unpack
 from bitforge.toolchain.fixed import FixedType, Overflow, Rounding, parse_type
-from bitforge.toolchain.verify.cocotb_bench import pack, unpack
 from rtl_bench import fields, pipe_ports, random_codes, simulate, stream_ports, top_text
 
 TOP = "rtl_library"

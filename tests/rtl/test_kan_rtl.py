@@ -19,12 +19,8 @@ import pytest
 from bitforge.toolchain import emulate, fixed, ir
 from bitforge.toolchain.backends.rtl import kan as kan_rtl
 from bitforge.toolchain.backends.rtl.generate import RtlError
-from bitforge.toolchain.backends.rtl.stages import (
-    Ports,
-    Stage,
-    StageRequest,
-    packed_parameter,
-)
+from bitforge.toolchain.backends.rtl.stages import Ports, Stage, StageRequest
+from bitforge.toolchain.backends.rtl.verilog import packed_parameter
 from bitforge.toolchain.bspline import basis_table, index_params
 from bitforge.toolchain.compiler import load_model, prepare
 from bitforge.toolchain.fixed import FixedType, parse_type

@@ -78,6 +78,10 @@ class OnnxExportError(IRError):
     """The graph has no exact int64 ONNX lowering (or breaks the model's naming conventions)."""
 
 
+#: How the ONNX lowering asks for a type the precision pass sets: ``node.need(field, *UNTYPED)``.
+UNTYPED = (OnnxExportError, "before exporting to ONNX")
+
+
 class OnnxRunError(BitforgeError):
     """Inputs that the exported model cannot take (wrong name, dtype, shape, codes outside the type)."""
 
@@ -357,13 +361,6 @@ def _quantize(b: _Builder, x: str, t: FixedType) -> IntVal:
     return _overflow(b, q, t)
 
 
-def _need(b: _Builder, value, what: str):
-    if value is None:
-        raise b.fail(f"{what} is not set; run the precision pass "
-                     "(bitforge.toolchain.passes.precision.infer_precision) before exporting to ONNX")
-    return value
-
-
 def _matmul_const(b: _Builder, x: IntVal, w: np.ndarray, hint: str) -> IntVal:
     """Exact ``x @ w.T`` for codes ``w`` of shape (out, in) with int64 MatMul (ONNX Runtime's CPU kernel).
 
@@ -406,7 +403,7 @@ def _kan_fixed(b: _Builder, n: KANLayer, x: IntVal, out: FixedType) -> IntVal:
     nothing, so the sum is the golden model's sum over inputs and active bases; the memory is
     N*in*(G+k) codes, where gathering coefficients per sample would need N*out*in*(k+1).
     """
-    accum = _need(b, n.accum_type, "accum_type")
+    accum = n.need("accum_type", *UNTYPED)
     n_in, n_out, n_basis, k = n.in_features, n.out_features, n.n_basis, n.order
     s = b.mul_const(b.add_const(x, -n.index_lo, "index offset"), n.index_mult, "index product")
     if n.index_shift:
@@ -459,10 +456,10 @@ def _lower_fixed(b: _Builder, g: Graph, n: Node, args: list) -> IntVal:
         a1 = b.mul_const(args[1], 1 << (st.frac - ins[1].frac), "aligned operand")
         return _requantize(b, b.add(a0, a1, "exact sum"), st, out)
     if isinstance(n, Dense):
-        return _dense_stage(b, x, n.weight, n.bias, n.bias_type, _need(b, n.accum_type, "accum_type"), out, "weight")
+        return _dense_stage(b, x, n.weight, n.bias, n.bias_type, n.need("accum_type", *UNTYPED), out, "weight")
     if isinstance(n, LowRankDense):
-        h = _dense_stage(b, x, n.v, None, None, _need(b, n.accum_v_type, "accum_v_type"), n.mid_type, "v")
-        return _dense_stage(b, h, n.u, n.bias, n.bias_type, _need(b, n.accum_type, "accum_type"), out, "u")
+        h = _dense_stage(b, x, n.v, None, None, n.need("accum_v_type", *UNTYPED), n.mid_type, "v")
+        return _dense_stage(b, h, n.u, n.bias, n.bias_type, n.need("accum_type", *UNTYPED), out, "u")
     if isinstance(n, KANLayer):
         return _kan_fixed(b, n, x, out)
     raise b.fail(f"no ONNX lowering for op {n.OP}")

@@ -267,7 +267,8 @@ def _da4ml_sources(comb, da_top: str, latency_cutoff: float) -> tuple[dict[str, 
 
 def generate(g: ir.Graph, comb, options: Da4mlOptions = Da4mlOptions()) -> Da4mlDesign:
     """da4ml's pipeline for ``comb``, wrapped as a bitforge core (``<name>``) and board top (``<name>_board``)."""
-    from ..backends.rtl.generate import library_source, verilog_name
+    from ..backends.rtl.generate import library_source
+    from ..backends.rtl.verilog import verilog_name
 
     name = verilog_name(g.name) + "_da4ml"
     da_top = name + "_pipe"

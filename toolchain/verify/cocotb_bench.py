@@ -16,27 +16,9 @@ import random
 
 import cocotb
 import numpy as np
+from bitforge.toolchain.backends.rtl.verilog import pack_word, unpack_word
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly
-
-
-def pack(codes, width: int) -> int:
-    mask = (1 << width) - 1
-    word = 0
-    for i, c in enumerate(codes):
-        word |= (int(c) & mask) << (i * width)
-    return word
-
-
-def unpack(word: int, count: int, width: int, signed: bool) -> list[int]:
-    mask = (1 << width) - 1
-    out = []
-    for i in range(count):
-        v = (word >> (i * width)) & mask
-        if signed and v >> (width - 1):
-            v -= 1 << width
-        out.append(v)
-    return out
 
 
 def _describe(codes, width: int, frac: int) -> dict:
@@ -84,7 +66,7 @@ async def stream_golden_vectors(dut):
         valid = sent < n and rng.random() >= cfg["p_input_gap"]
         dut.s_axis_tvalid.value = int(valid)
         if valid:
-            dut.s_axis_tdata.value = pack(xs[sent], iw)
+            dut.s_axis_tdata.value = pack_word(xs[sent], iw)
             dut.s_axis_tlast.value = int(sent % last_every == last_every - 1)
         ready = rng.random() >= cfg["p_output_stall"]
         dut.m_axis_tready.value = int(ready)
@@ -92,7 +74,7 @@ async def stream_golden_vectors(dut):
         if valid and int(dut.s_axis_tready.value):
             sent += 1
         if ready and int(dut.m_axis_tvalid.value):
-            got.append(unpack(int(dut.m_axis_tdata.value), cfg["out_count"], ow, cfg["out_signed"]))
+            got.append(unpack_word(int(dut.m_axis_tdata.value), cfg["out_count"], ow, cfg["out_signed"]))
             lasts.append(int(dut.m_axis_tlast.value))
 
     got_a = np.array(got, dtype=np.int64).reshape(len(got), cfg["out_count"]) if got else np.zeros((0, cfg["out_count"]))

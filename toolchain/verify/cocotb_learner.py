@@ -20,17 +20,9 @@ import random
 
 import cocotb
 import numpy as np
+from bitforge.toolchain.backends.rtl.verilog import unpack_word
 from bitforge.toolchain.verify.cocotb_bench import start_and_reset
 from cocotb.triggers import FallingEdge, ReadOnly
-
-
-def _unpack(word: int, count: int, width: int) -> list[int]:
-    mask = (1 << width) - 1
-    out = []
-    for i in range(count):
-        v = (word >> (i * width)) & mask
-        out.append(v - (1 << width) if v >> (width - 1) else v)
-    return out
 
 
 @cocotb.test()
@@ -91,7 +83,7 @@ async def learner_trajectory(dut):
             rb_data = []
             done_checkpoints.add(sent)
         if int(dut.m_axis_tvalid.value) and int(dut.m_axis_tready.value):
-            y = _unpack(int(dut.m_axis_tdata.value), n_out, width)
+            y = unpack_word(int(dut.m_axis_tdata.value), n_out, width)
             i = len(got)
             got.append(y)
             if i < n and [int(v) for v in expected[i]] != y:

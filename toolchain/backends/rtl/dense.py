@@ -23,12 +23,12 @@ from typing import Optional
 
 import numpy as np
 
-from ...fixed import FixedType, Overflow
-from ...ir import Dense, LowRankDense, Node
+from ...fixed import FixedType, Overflow, clog2
+from ...ir import Dense, LowRankDense
 from . import adder_graph
 from .adder_graph import AdderGraph, GraphOptions, Pipeline, Wire, csd_digits, range_width
-from .generate import RtlError, _env
-from .stages import OVERFLOW_CODE, Ports, Stage, StageRequest, emitter, packed_parameter, type_parameters
+from .stages import Ports, Stage, StageRequest, emitter
+from .verilog import OVERFLOW_CODE, UNTYPED, RtlError, packed_parameter, templates, type_parameters
 
 #: Tree levels between pipeline registers in the dense adder trees (option ``levels_per_stage``).
 LEVELS_PER_STAGE = 2
@@ -80,11 +80,6 @@ class DenseSpec:
 
 
 # -- timing formulas (the modules' header comments state the same) ----------------------------------------
-
-def clog2(n: int) -> int:
-    """Verilog's $clog2: bits to count n things (0 for n = 1)."""
-    return (n - 1).bit_length()
-
 
 def parallel_latency(terms: int, levels_per_stage: int = LEVELS_PER_STAGE) -> int:
     """bf_dense_parallel: product register, tree registers, output register."""
@@ -174,13 +169,6 @@ def _check_codes(where: str, what: str, codes: np.ndarray, t: FixedType) -> None
     if codes.size and (int(codes.min()) < t.min_code or int(codes.max()) > t.max_code):
         raise RtlError(f"{where}: {what} codes span [{int(codes.min())}, {int(codes.max())}], outside {t} "
                        f"[{t.min_code}, {t.max_code}]; requantize the weights to their type")
-
-
-def _need(n: Node, value, what: str):
-    if value is None:
-        raise RtlError(f"{n.describe()}: {what} is not set; run the precision pass "
-                       "(bitforge.toolchain.passes.precision.infer_precision) before generating RTL")
-    return value
 
 
 # -- parameters -------------------------------------------------------------------------------------------------
@@ -406,7 +394,7 @@ def dense_instance(s: DenseSpec, instance: str, ports: Ports, reuse: int,
     if reuse == 1 and parallel == "shared":
         plan = shared_plan(s, share, cut_depth)
         shared = shared_context(s, plan, ports)
-        text = _env().get_template("dense_shared.v.j2").render(**{**ctx, **shared})
+        text = templates().get_template("dense_shared.v.j2").render(**{**ctx, **shared})
         nonzero = shared["nonzero"]
         return DenseStage(text, plan.latency, 1, 1, SHARED_LIBRARY,
                           {"multipliers": 0, "nonzero_weights": nonzero, "zero_weights_skipped": products - nonzero,
@@ -415,7 +403,7 @@ def dense_instance(s: DenseSpec, instance: str, ports: Ports, reuse: int,
     if reuse == 1:
         params, terms, nonzero = parallel_parameters(s, levels_per_stage)
         latency = parallel_latency(terms, levels_per_stage)
-        text = _env().get_template("dense_parallel.v.j2").render(
+        text = templates().get_template("dense_parallel.v.j2").render(
             **ctx, params=params, latency=latency, nonzero=nonzero, terms=terms)
         shift_add = sum(constant_multiplier_adders(c) for c in np.asarray(s.weight).ravel())
         return DenseStage(text, latency, 1, 1, PARALLEL_LIBRARY,
@@ -425,7 +413,7 @@ def dense_instance(s: DenseSpec, instance: str, ports: Ports, reuse: int,
     tiling = folded_tiling(s.n_in, s.n_out, reuse)
     params = folded_parameters(s, reuse, levels_per_stage)
     rom_bits = folded_rom_bits(s, reuse)
-    text = _env().get_template("dense_folded.v.j2").render(
+    text = templates().get_template("dense_folded.v.j2").render(
         **ctx, params=params, latency=latency, reuse=reuse, multipliers=tiling.lanes, tiling=tiling,
         rom_bits=rom_bits, block_rom=dict(params)["ROM_STYLE"] == 1)
     return DenseStage(text, latency, reuse, reuse, FOLDED_LIBRARY,
@@ -456,9 +444,9 @@ def _merge(*resources: dict) -> dict:
          folded_multipliers=lambda n, r: folded_multipliers(n.in_features, n.out_features, r) if r > 1 else n.weight.size)
 def emit_dense(req: StageRequest) -> Stage:
     n: Dense = req.node
-    spec = DenseSpec(n.describe(), n.weight, n.bias, req.in_type, _need(n, n.weight_type, "weight_type"),
-                     _need(n, n.bias_type, "bias_type") if n.bias is not None else None,
-                     _need(n, n.accum_type, "accum_type"), req.out_type, req.relu_type)
+    spec = DenseSpec(n.describe(), n.weight, n.bias, req.in_type, n.need("weight_type", *UNTYPED),
+                     n.need("bias_type", *UNTYPED) if n.bias is not None else None,
+                     n.need("accum_type", *UNTYPED), req.out_type, req.relu_type)
     d = dense_instance(spec, req.instance_name, req.ports, req.reuse, **_form_options(req))
     return Stage(d.text, d.latency, d.ii, d.library, resources=d.resources, reuse=d.reuse)
 
@@ -470,12 +458,12 @@ def emit_dense(req: StageRequest) -> Stage:
 def emit_low_rank_dense(req: StageRequest) -> Stage:
     """V x into ``mid_type``, then U h + b: two dense stages joined by an internal stream."""
     n: LowRankDense = req.node
-    mid = _need(n, n.mid_type, "mid_type")
-    v = DenseSpec(f"{n.describe()} (V)", n.v, None, req.in_type, _need(n, n.v_type, "v_type"), None,
-                  _need(n, n.accum_v_type, "accum_v_type"), mid)
-    u = DenseSpec(f"{n.describe()} (U)", n.u, n.bias, mid, _need(n, n.u_type, "u_type"),
-                  _need(n, n.bias_type, "bias_type") if n.bias is not None else None,
-                  _need(n, n.accum_type, "accum_type"), req.out_type, req.relu_type)
+    mid = n.need("mid_type", *UNTYPED)
+    v = DenseSpec(f"{n.describe()} (V)", n.v, None, req.in_type, n.need("v_type", *UNTYPED), None,
+                  n.need("accum_v_type", *UNTYPED), mid)
+    u = DenseSpec(f"{n.describe()} (U)", n.u, n.bias, mid, n.need("u_type", *UNTYPED),
+                  n.need("bias_type", *UNTYPED) if n.bias is not None else None,
+                  n.need("accum_type", *UNTYPED), req.out_type, req.relu_type)
     base = req.instance_name
     link = Ports(req.ports.clk, req.ports.rst, f"{base}_mid_valid", f"{base}_mid_ready", f"{base}_mid_data",
                  f"{base}_mid_valid", f"{base}_mid_ready", f"{base}_mid_data")
@@ -485,7 +473,7 @@ def emit_low_rank_dense(req: StageRequest) -> Stage:
     second = dense_instance(u, f"{base}_u", Ports(req.ports.clk, req.ports.rst, link.in_valid, link.in_ready,
                                                   link.in_data, req.ports.out_valid, req.ports.out_ready,
                                                   req.ports.out_data), req.reuse, **_form_options(req))
-    text = _env().get_template("dense_lowrank.v.j2").render(
+    text = templates().get_template("dense_lowrank.v.j2").render(
         where=n.describe(), base=base, rank=n.rank, mid_w=n.rank * mid.width, mid_type=mid.to_short(),
         first=first.text, second=second.text, latency=first.latency + second.latency)
     return Stage(text, first.latency + second.latency, max(first.ii, second.ii),
@@ -500,7 +488,7 @@ def _elementwise(req: StageRequest, template: str) -> Stage:
                        "op keeps the shape")
     params = [("N", req.in_count), ("IN_W", x.width), ("IN_FRAC", x.frac), ("IN_SIGNED", int(x.signed)),
               *type_parameters("OUT", y).items(), ("REG", 1)]
-    text = _env().get_template(template).render(
+    text = templates().get_template(template).render(
         where=req.node.describe(), instance=req.instance_name, ports=req.ports, params=params,
         x_type=x.to_short(), out_type=y.to_short(), n=req.in_count)
     library = (("bf_relu.v", "bf_activation.v") if template.startswith("relu") else ()) + ELEMENTWISE_LIBRARY
@@ -519,6 +507,6 @@ def emit_requantize(req: StageRequest) -> Stage:
 
 __all__ = ["DenseSpec", "DenseStage", "dense_instance", "emit_dense", "emit_low_rank_dense", "emit_relu",
            "emit_requantize", "parallel_latency", "folded_latency", "FoldedTiling", "folded_tiling",
-           "folded_multipliers", "folded_rom_bits", "BLOCK_ROM_MIN_DEPTH", "sparse_rows", "clog2", "csd_digits",
+           "folded_multipliers", "folded_rom_bits", "BLOCK_ROM_MIN_DEPTH", "sparse_rows", "csd_digits",
            "constant_multiplier_adders", "SharedPlan", "shared_plan", "shared_context", "PARALLEL_FORMS",
            "CUT_DEPTH", "POST_LEVELS"]

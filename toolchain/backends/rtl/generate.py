@@ -8,24 +8,20 @@ stage latencies (plus one cycle per skid buffer) and the largest stage II.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import Mapping, Optional, Union
 
-import jinja2
-
-from ...errors import BitforgeError
 from ...ir import Graph, Quantize
-from . import stages
+from . import dense, kan, stages  # noqa: F401  (the emitter modules register their ops on import)
 from .stages import Ports, Stage, StageRequest
+from .verilog import RtlError, templates, verilog_name
+
+__all__ = ["RtlError", "RtlOptions", "RtlDesign", "LayerReport", "SKID_LATENCY", "generate", "hardware_chain",
+           "library_source"]
 
 #: Cycles a bf_skid_buffer adds between two stages (it registers data and valid).
 SKID_LATENCY = 1
-
-
-class RtlError(BitforgeError):
-    """A graph the RTL backend cannot generate (op without a hardware form, float tensors, a non-chain graph)."""
 
 
 @dataclass(frozen=True)
@@ -91,18 +87,6 @@ class RtlDesign:
         return d
 
 
-def verilog_name(text: str) -> str:
-    """A legal, stable Verilog identifier from an IR name (ONNX names look like '/fc1/Gemm')."""
-    s = re.sub(r"[^A-Za-z0-9_]", "_", text).strip("_") or "n"
-    return ("n_" + s) if s[0].isdigit() else s
-
-
-def _env() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.PackageLoader("bitforge.toolchain.backends.rtl", "templates"),
-                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True,
-                              lstrip_blocks=True)
-
-
 def hardware_chain(g: Graph) -> list:
     """The nodes that become hardware: everything after the input Quantize (done by the host), as a chain."""
     nodes = list(g.nodes)
@@ -130,10 +114,9 @@ def generate(g: Graph, options: RtlOptions = RtlOptions()) -> RtlDesign:
     """Generate the design; ``options.reuse`` must be resolved (an integer or a node -> factor mapping)."""
     if options.reuse == "auto":
         raise RtlError("resolve --reuse auto with reuse.choose_reuse before generating (the compiler does)")
-    stages.load_emitters()
     chain = hardware_chain(g)
     name = verilog_name(g.name)
-    env = _env()
+    env = templates()
     instances, generated, layers = [], {}, []
     library = {"bf_skid_buffer.v", "bf_serialize.v", "bf_deserialize.v"}
     nets = []

@@ -15,15 +15,17 @@ import numpy as np
 from ...bspline import CLOSED_FORM_POLYNOMIALS, basis_table
 from ...fixed import FixedType
 from ...ir import KANLayer
-from .generate import RtlError, _env, verilog_name
-from .stages import (
+from .stages import Stage, StageRequest, emitter
+from .verilog import (
     OVERFLOW_CODE,
     ROUNDING_CODE,
-    Stage,
-    StageRequest,
-    emitter,
+    UNTYPED,
+    RtlError,
     packed_parameter,
+    signed_width,
+    templates,
     verilog_literal,
+    verilog_name,
 )
 
 #: Library files every KAN stage needs (the ROM and the closed-form circuit are both listed: one is unused).
@@ -76,10 +78,8 @@ def plan(n: KANLayer, basis: str = "auto") -> KanPlan:
 
 
 def _check(n: KANLayer) -> None:
-    for what, t in (("coeff_type", n.coeff_type), ("basis_type", n.basis_type), ("accum_type", n.accum_type)):
-        if t is None:
-            raise RtlError(f"{n.describe()}: {what} is not set; run the precision pass "
-                           "(bitforge.toolchain.passes.precision.infer_precision) before generating RTL")
+    for field in ("coeff_type", "basis_type", "accum_type"):
+        n.need(field, *UNTYPED)
     if n.basis_type.frac < 0:
         raise RtlError(f"{n.describe()}: basis type {n.basis_type} has {n.basis_type.frac} fractional bits; "
                        "the RTL needs at least 0 (use e.g. ufixed<13,1>)")
@@ -92,15 +92,10 @@ def _check(n: KANLayer) -> None:
                        "(use fewer u_bits or a smaller grid)")
 
 
-def _signed_width(v: int) -> int:
-    """Bits of ``v`` as a two's complement number (at least 2)."""
-    return max(2, (v if v >= 0 else ~v).bit_length() + 1)
-
-
 def layer_parameters(n: KANLayer, x: FixedType, y: FixedType, p: KanPlan) -> list[tuple[str, str]]:
     """``bf_kan_layer`` parameters, in declaration order, as Verilog text."""
     k, c, b, acc = n.order, n.coeff_type, n.basis_type, n.accum_type
-    lo_w = _signed_width(n.index_lo)
+    lo_w = signed_width(n.index_lo)
     mult_w = max(1, n.index_mult.bit_length())
     params = [
         ("N_IN", n.in_features), ("N_OUT", n.out_features), ("X_W", x.width), ("X_SIGNED", int(x.signed)),
@@ -148,7 +143,7 @@ def emit_kan(req: StageRequest) -> Stage:
     _check(n)
     p = plan(n, req.options.get("kan_basis", "auto"))
     module = f"{verilog_name(req.graph.name)}_{req.instance_name}"
-    env = _env()
+    env = templates()
     notes = {"index_note": _index_note(n),
              "basis_note": "closed-form circuit" if p.closed_form else f"ROM of the '{n.basis_impl}' table"}
     text = env.get_template("kan_layer.v.j2").render(

@@ -35,11 +35,21 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...bspline import CLOSED_FORM_POLYNOMIALS, basis_table
-from ...fixed import FixedType
+from ...fixed import clog2
 from ...learn.spec import Learner, LearnerError, kan_accum_type, lane_seeds
-from .generate import _env, verilog_name
-from .kan import CLOSED_FORM_LATENCY, _signed_width
-from .stages import OVERFLOW_CODE, ROUNDING_CODE, packed_parameter, verilog_literal
+from .kan import CLOSED_FORM_LATENCY
+from .verilog import (
+    balanced_sum,
+    mode_codes,
+    pack_word,
+    packed_parameter,
+    sign_extend,
+    signed_width,
+    templates,
+    unpack_word,
+    verilog_literal,
+    verilog_name,
+)
 
 LIBRARY = ("bf_kan_index.v", "bf_kan_basis_closed.v", "bf_kan_div3.v", "bf_requant.v",
            "bf_lfsr_lane.v", "bf_deserialize.v", "bf_serialize.v")
@@ -82,14 +92,6 @@ class LearnerRtl:
                 "out_width": self.out_width, "rb_addr_width": self.rb_addr_width,
                 "rb_data_width": self.rb_data_width, "resources": self.resources,
                 "files": [f"rtl/{n}" for n in sorted(set(self.files) | set(self.library))]}
-
-
-def _clog2(n: int) -> int:
-    return (n - 1).bit_length() if n > 1 else 0
-
-
-def _codes(t: FixedType) -> dict:
-    return {"rounding": ROUNDING_CODE[t.rounding.value], "overflow": OVERFLOW_CODE[t.overflow.value]}
 
 
 def _check(learner: Learner) -> None:
@@ -136,7 +138,7 @@ def generate_kan_learner(learner: Learner, name: str | None = None, basis: str =
 
     # widths of the learn stage
     prod_w = co.width + bt.width + 1  # signed coeff x (0, basis)
-    sum_w = prod_w + _clog2(n_in * k1) + 1
+    sum_w = prod_w + clog2(n_in * k1) + 1
     db_w = bt.frac + 2  # a derivative code: signed, |db| <= 1
     acc = kan_accum_type(f, n_in)
     sum_frac = co.frac + bt.frac
@@ -155,13 +157,13 @@ def generate_kan_learner(learner: Learner, name: str | None = None, basis: str =
     all_seeds = lane_seeds(spec) if stochastic else None
     lanes = _lanes(all_seeds, 0, n_out0, n_in, k1)
 
-    lo_w = _signed_width(n.index_lo)
+    lo_w = signed_width(n.index_lo)
     mult_w = max(1, n.index_mult.bit_length())
     cell_w = max(1, (G - 1).bit_length())
-    addr_w = max(1, _clog2(depth))
-    rb_i_w = max(1, _clog2(max(m.in_features for m in nodes)))
-    rb_l_w = _clog2(len(nodes))  # 0 for one layer: the address is {i, p}
-    rb_p_w = max(1, _clog2(n_coef))
+    addr_w = max(1, clog2(depth))
+    rb_i_w = max(1, clog2(max(m.in_features for m in nodes)))
+    rb_l_w = clog2(len(nodes))  # 0 for one layer: the address is {i, p}
+    rb_p_w = max(1, clog2(n_coef))
     table = None if closed else [packed_parameter(row, bt.width) for row in basis_table(k, n.u_bits, bt, n.basis_impl)]
     in_w = n_in * x_t.width + n_out * dp.width + 1
     out_w = n_out * dp.width
@@ -172,7 +174,7 @@ def generate_kan_learner(learner: Learner, name: str | None = None, basis: str =
         name=name, graph=learner.graph.name, spec=spec, n_in=n_in, n_out=n_out, k=k, k1=k1, G=G, depth=depth,
         x_w=x_t.width, dp_w=dp.width, dp_frac=dp.frac, co_w=co.width, co_frac=co.frac, st_w=st.width,
         st_frac=st.frac, b_w=bt.width, b_frac=bt.frac, e_w=et.width, e_frac=et.frac,
-        co_codes=_codes(co), dp_codes=_codes(dp), e_codes=_codes(et), st_codes=_codes(st),
+        co_codes=mode_codes(co), dp_codes=mode_codes(dp), e_codes=mode_codes(et), st_codes=mode_codes(st),
         u_bits=n.u_bits, u_w=max(1, n.u_bits), cell_w=cell_w, lo_w=lo_w,
         index_lo=verilog_literal(n.index_lo, lo_w), mult_w=mult_w,
         index_mult=verilog_literal(n.index_mult, mult_w), index_shift=n.index_shift,
@@ -185,13 +187,13 @@ def generate_kan_learner(learner: Learner, name: str | None = None, basis: str =
         rb_data_w=rb_data_w, n_out0=n_out0, deep=deep, n_layers=len(nodes), db_w=db_w,
         y_last="y" if not deep else f"L{len(nodes) - 1}_y",
         in_w=in_w, out_w=out_w, sb_w=n_out * dp.width + 2, lr_shift=spec.rule.lr_shift,
-        grid_lo=n.grid_lo, grid_hi=n.grid_hi, word_w=n_out0 * st.width, r_w=max(1, _clog2(k1)),
-        pow2=k1 & (k1 - 1) == 0, rb_byte_w=max(1, _clog2(-(-rb_data_w // 8))), sizes=list(spec.sizes),
+        grid_lo=n.grid_lo, grid_hi=n.grid_hi, word_w=n_out0 * st.width, r_w=max(1, clog2(k1)),
+        pow2=k1 & (k1 - 1) == 0, rb_byte_w=max(1, clog2(-(-rb_data_w // 8))), sizes=list(spec.sizes),
         bank_attr='(* ram_style = "block", no_rw_check *) ' if depth > BANK_LUTRAM_MAX_DEPTH else "",
     )
-    ctx["sums"] = [_balanced_sum([_sext(f"pr_{o}_{i}_{j}", prod_w, sum_w) for i in range(n_in) for j in range(k1)])
-                   for o in range(n_out0)]
-    env = _env()
+    ctx["sums"] = [balanced_sum([sign_extend(f"pr_{o}_{i}_{j}", prod_w, sum_w)
+                                 for i in range(n_in) for j in range(k1)]) for o in range(n_out0)]
+    env = templates()
     files = {f"{name}.v": env.get_template("learner_kan.v.j2").render(**ctx),
              f"{name}_board.v": env.get_template("learner_board.v.j2").render(**ctx)}
     products = sum(m.out_features * m.in_features * k1 for m in nodes)
@@ -211,11 +213,6 @@ def generate_kan_learner(learner: Learner, name: str | None = None, basis: str =
     }
     return LearnerRtl(name, files, LIBRARY, front + 1, 1, in_w, out_w, rb_l_w + rb_i_w + rb_p_w, rb_data_w,
                       resources)
-
-
-def _sext(name: str, w: int, to: int) -> str:
-    """``name`` (signed, ``w`` bits) sign-extended to ``to`` bits, as a signed Verilog expression."""
-    return f"$signed({{{{{to - w}{{{name}[{w - 1}]}}}}, {name}}})" if to > w else f"$signed({name})"
 
 
 def _banks(n, depth: int, width: int) -> list[dict]:
@@ -245,17 +242,17 @@ def _deep_layer(learner: Learner, l: int, n, seeds, *, prod_w: int, db_w: int, d
     co, bt, et, st = f.coeff, f.basis, f.error, f.storage
     k1 = n.order + 1
     mems = _banks(n, depth, st.width)
-    sum_w = prod_w + _clog2(n.in_features * k1) + 1
+    sum_w = prod_w + clog2(n.in_features * k1) + 1
     # backprop: pd = sum_m c db (frac coeff + basis), s = sum_o g pd, gx = round(s * mult * 2^-shift)
     pdp_w = co.width + db_w
-    pd_w = pdp_w + _clog2(k1) + 1
+    pd_w = pdp_w + clog2(k1) + 1
     gp_w = et.width + pd_w
-    s_w = gp_w + _clog2(n.out_features) + 1
+    s_w = gp_w + clog2(n.out_features) + 1
     mult, shift = n.index_mult, co.frac + bt.frac + n.index_shift + n.u_bits - f.datapath.frac
     while mult % 2 == 0:  # as the golden model folds it
         mult, shift = mult // 2, shift - 1
     mult_lit_w = max(1, mult.bit_length())
-    lo_w = _signed_width(n.index_lo)
+    lo_w = signed_width(n.index_lo)
     mw = max(1, n.index_mult.bit_length())
     table = basis_table(n.order, n.u_bits, bt, n.basis_impl)
     dtable = derivative_table(n.order, n.u_bits, bt, n.basis_impl)
@@ -265,25 +262,16 @@ def _deep_layer(learner: Learner, l: int, n, seeds, *, prod_w: int, db_w: int, d
         index_shift=n.index_shift, u_bits=n.u_bits, u_w=max(1, n.u_bits),
         table=[packed_parameter(r, bt.width) for r in table], dtable=[packed_parameter(r, db_w) for r in dtable],
         mems=mems, word_w=n.out_features * st.width, sum_w=sum_w,
-        sums=[_balanced_sum([_sext(f"L{l}_pr_{o}_{i}_{j}", prod_w, sum_w) for i in range(n.in_features)
+        sums=[balanced_sum([sign_extend(f"L{l}_pr_{o}_{i}_{j}", prod_w, sum_w) for i in range(n.in_features)
                              for j in range(k1)]) for o in range(n.out_features)],
         pdp_w=pdp_w, pd_w=pd_w, gp_w=gp_w, s_w=s_w, gs_w=s_w + mult_lit_w + 1,
-        pdsums=[[_balanced_sum([_sext(f"L{l}_pp_{o}_{i}_{j}", pdp_w, pd_w) for j in range(k1)])
+        pdsums=[[balanced_sum([sign_extend(f"L{l}_pp_{o}_{i}_{j}", pdp_w, pd_w) for j in range(k1)])
                  for i in range(n.in_features)] for o in range(n.out_features)],
-        ssums=[_balanced_sum([_sext(f"L{l}_gp_{o}_{i}", gp_w, s_w) for o in range(n.out_features)])
+        ssums=[balanced_sum([sign_extend(f"L{l}_gp_{o}_{i}", gp_w, s_w) for o in range(n.out_features)])
                for i in range(n.in_features)],
         inv_mult=mult, inv_shift=shift, inv_mult_lit=f"{mult_lit_w}'d{mult}",
         lanes=_lanes(seeds, l, n.out_features, n.in_features, k1),
     )
-
-
-def _balanced_sum(terms: list[str]) -> str:
-    """``a + b + c + d`` as ``((a + b) + (c + d))``: a tree of depth log2(n), not a chain (the learn stage's
-    loop runs through it)."""
-    if len(terms) == 1:
-        return terms[0]
-    mid = (len(terms) + 1) // 2
-    return f"({_balanced_sum(terms[:mid])} + {_balanced_sum(terms[mid:])})"
 
 
 def pack_inputs(learner: Learner, x_codes: np.ndarray, target_codes: np.ndarray, learn_enable: np.ndarray) -> list[int]:
@@ -292,14 +280,8 @@ def pack_inputs(learner: Learner, x_codes: np.ndarray, target_codes: np.ndarray,
     xw, dw = f.input.width, f.datapath.width
     out = []
     for xs, ts, le in zip(np.asarray(x_codes), np.asarray(target_codes), np.asarray(learn_enable)):
-        v, pos = 0, 0
-        for c in xs:
-            v |= (int(c) & ((1 << xw) - 1)) << pos
-            pos += xw
-        for c in ts:
-            v |= (int(c) & ((1 << dw) - 1)) << pos
-            pos += dw
-        out.append(v | (int(bool(le)) << pos))
+        t_at, le_at = len(xs) * xw, len(xs) * xw + len(ts) * dw
+        out.append(pack_word(xs, xw) | pack_word(ts, dw) << t_at | int(bool(le)) << le_at)
     return out
 
 
@@ -307,24 +289,15 @@ def coefficient_address(learner: Learner, i: int, p: int, layer: int = 0) -> int
     """The read-back address of layer ``layer``'s input i, coefficient p (every output's at once):
     ``{layer, i, p}`` (``{i, p}`` for a one-layer learner)."""
     nodes = learner.layers()
-    p_w = max(1, _clog2(nodes[0].grid_size + nodes[0].order))
-    i_w = max(1, _clog2(max(m.in_features for m in nodes)))
+    p_w = max(1, clog2(nodes[0].grid_size + nodes[0].order))
+    i_w = max(1, clog2(max(m.in_features for m in nodes)))
     return (layer << (i_w + p_w)) | (i << p_w) | p
 
 
 def readback_codes(learner: Learner, word: int) -> np.ndarray:
     """Every output's storage code from one read-back word."""
     st = learner.formats.storage
-    n_out = learner.layers()[0].out_features
-    vals = [(word >> (o * st.width)) & ((1 << st.width) - 1) for o in range(n_out)]
-    return np.array([v - (1 << st.width) if v >> (st.width - 1) else v for v in vals], dtype=np.int64)
-
-
-def loop_note(learner: Learner) -> str:
-    """One line for reports: what the learn stage's recurrence contains."""
-    n = learner.layers()[0]
-    return (f"{n.in_features * n.out_features * (n.order + 1)} coefficient x basis products, an exact sum, the error "
-            f"and {n.in_features * n.out_features * (n.order + 1)} error x basis updates in one cycle")
+    return np.array(unpack_word(word, learner.layers()[0].out_features, st.width), dtype=np.int64)
 
 
 __all__ = ["LearnerRtl", "generate_kan_learner", "pack_inputs", "coefficient_address", "readback_codes",

@@ -18,10 +18,10 @@ import math
 import numpy as np
 
 from ...learn.spec import Learner, LearnerError, dense_accum_type, lane_seeds
-from .generate import _env, verilog_name
-from .learner_kan import LearnerRtl, _balanced_sum, _clog2, _codes, _sext
+from ...fixed import clog2
+from .learner_kan import LearnerRtl
 from .reuse import DSP_SHARE
-from .stages import verilog_literal
+from .verilog import balanced_sum, mode_codes, sign_extend, templates, verilog_literal, verilog_name
 
 LIBRARY = ("bf_requant.v", "bf_lfsr_lane.v", "bf_deserialize.v", "bf_serialize.v")
 
@@ -68,17 +68,17 @@ def generate_mlp_learner(learner: Learner, name: str | None = None) -> LearnerRt
                 seeds[f"{l}_{o}_b"] = f"32'h{int(lanes[l][1][o]):08x}"
         acc = dense_accum_type(f, x_t, n.in_features)
         prod_w = co.width + x_t.width
-        acc_w = max(acc.width, prod_w + _clog2(n.in_features + 1) + 1, co.width + x_t.frac + 1) + 1
+        acc_w = max(acc.width, prod_w + clog2(n.in_features + 1) + 1, co.width + x_t.frac + 1) + 1
         assert acc.frac == co.frac + x_t.frac
         x_name = "h_in" if l == 0 else f"h_{l - 1}"
-        sums = [_balanced_sum([_sext(f"pf_{l}_{o}_{i}", prod_w, acc_w) for i in range(n.in_features)]
+        sums = [balanced_sum([sign_extend(f"pf_{l}_{o}_{i}", prod_w, acc_w) for i in range(n.in_features)]
                               + [_aligned_bias(f"bq_{l}_{o}", co.width, x_t.frac, acc_w)])
                 for o in range(n.out_features)]
         relu = l < n_layers - 1
         gp_w = et.width + co.width
-        gs_w = gp_w + _clog2(n.out_features) + 1
+        gs_w = gp_w + clog2(n.out_features) + 1
         g_name = f"gm_{l}" if relu else f"g_{l}"
-        gsums = [_balanced_sum([_sext(f"gp_{l}_{o}_{i}", gp_w, gs_w) for o in range(n.out_features)])
+        gsums = [balanced_sum([sign_extend(f"gp_{l}_{o}_{i}", gp_w, gs_w) for o in range(n.out_features)])
                  for i in range(n.in_features)]
         layers.append(dict(l=l, n_in=n.in_features, n_out=n.out_features, relu=relu, x_name=x_name, prod_w=prod_w,
                            acc_w=acc_w, acc_frac=acc.frac, sums=sums, gp_w=gp_w, gs_w=gs_w, gsums=gsums,
@@ -86,15 +86,16 @@ def generate_mlp_learner(learner: Learner, name: str | None = None) -> LearnerRt
     n_in, n_out = spec.sizes[0], spec.sizes[-1]
     in_w = n_in * f.input.width + n_out * dp.width + 1
     out_w = n_out * dp.width
-    rb_addr_w = max(1, _clog2(len(params)))
+    rb_addr_w = max(1, clog2(len(params)))
     ctx = dict(name=name, graph=learner.graph.name, sizes=list(spec.sizes), n_in=n_in, n_out=n_out, layers=layers,
                last=n_layers - 1, params=params, seeds=seeds, n_params=len(params), x_w=f.input.width,
                dp_w=dp.width, dp_frac=dp.frac, co_w=co.width, co_frac=co.frac, st_w=st.width, st_frac=st.frac,
-               e_w=et.width, e_frac=et.frac, co_codes=_codes(co), dp_codes=_codes(dp), e_codes=_codes(et),
-               st_codes=_codes(st), stochastic=stochastic, rand_bits=spec.rule.rand_bits, lr_shift=spec.rule.lr_shift,
+               e_w=et.width, e_frac=et.frac, co_codes=mode_codes(co), dp_codes=mode_codes(dp),
+               e_codes=mode_codes(et), st_codes=mode_codes(st), stochastic=stochastic,
+               rand_bits=spec.rule.rand_bits, lr_shift=spec.rule.lr_shift,
                in_w=in_w, out_w=out_w, rb_addr_w=rb_addr_w, latency=1, rb_data_w=st.width,
-               rb_byte_w=max(1, _clog2(-(-st.width // 8))))
-    env = _env()
+               rb_byte_w=max(1, clog2(-(-st.width // 8))))
+    env = templates()
     files = {f"{name}.v": env.get_template("learner_mlp.v.j2").render(**ctx),
              f"{name}_board.v": env.get_template("learner_board.v.j2").render(**ctx)}
     resources = {"multipliers": parallel_multipliers(learner), "parameters": len(params),
@@ -182,14 +183,16 @@ def generate_mlp_folded(learner: Learner, lanes: int, name: str | None = None) -
     init0 = [[word([*W0[h], b0[h]] if h < H else [0] * (n_in + 1)) for h in range(p, R * P, P)] for p in range(P)]
     init1 = [[word(W1[:, h] if h < H else [0] * n_out) for h in range(p, R * P, P)] for p in range(P)]
     acc0 = dense_accum_type(f, xt, n_in)
-    acc0_w = max(acc0.width, co.width + xt.width + _clog2(n_in + 1) + 1) + 1
+    acc0_w = max(acc0.width, co.width + xt.width + clog2(n_in + 1) + 1) + 1
     acc1 = dense_accum_type(f, dp, H)
-    acc1_w = max(acc1.width, co.width + dp.width + _clog2(H + 1) + 1) + 1
-    gs_w = et.width + co.width + _clog2(n_out) + 1
-    sums0 = [_balanced_sum([_sext(f"f0_{p}_{i}", co.width + xt.width, acc0_w) for i in range(n_in)]
+    acc1_w = max(acc1.width, co.width + dp.width + clog2(H + 1) + 1) + 1
+    gs_w = et.width + co.width + clog2(n_out) + 1
+    sums0 = [balanced_sum([sign_extend(f"f0_{p}_{i}", co.width + xt.width, acc0_w) for i in range(n_in)]
                            + [_aligned_bias(f"w0q_{p}_{n_in}", co.width, xt.frac, acc0_w)]) for p in range(P)]
-    sums1 = [_balanced_sum([_sext(f"f1_{p}_{o}", co.width + dp.width, acc1_w) for p in range(P)]) for o in range(n_out)]
-    gsums = [_balanced_sum([_sext(f"gp_{p}_{o}", et.width + co.width, gs_w) for o in range(n_out)]) for p in range(P)]
+    sums1 = [balanced_sum([sign_extend(f"f1_{p}_{o}", co.width + dp.width, acc1_w) for p in range(P)])
+             for o in range(n_out)]
+    gsums = [balanced_sum([sign_extend(f"gp_{p}_{o}", et.width + co.width, gs_w) for o in range(n_out)])
+             for p in range(P)]
     readback, rb_words = [], []  # read-back: each parameter's slice of its lane's word, and that word's index
     for a, (l, kind, idx) in enumerate(parameter_order(learner)):
         if l == 0 and kind == "w":
@@ -207,22 +210,22 @@ def generate_mlp_folded(learner: Learner, lanes: int, name: str | None = None) -
         if l == 0 or kind == "w":
             rb_words.append((a, (idx[0] if l == 0 else idx[1]) // P))
     n_params = len(readback)
-    rb_addr_w = max(1, _clog2(n_params))
+    rb_addr_w = max(1, clog2(n_params))
     in_w = n_in * xt.width + n_out * dp.width + 1
     out_w = n_out * dp.width
     d = et.frac - 1 - st.frac + spec.rule.lr_shift
     ctx = dict(name=name, graph=learner.graph.name, sizes=list(spec.sizes), n_in=n_in, H=H, n_out=n_out, P=P, R=R,
-               r_w=max(1, _clog2(R)), init0=init0, init1=init1,
+               r_w=max(1, clog2(R)), init0=init0, init1=init1,
                init_b1=[verilog_literal(int(v), st.width) for v in b1], x_w=xt.width, x_frac=xt.frac,
                dp_w=dp.width, dp_frac=dp.frac, co_w=co.width, co_frac=co.frac, st_w=st.width, st_frac=st.frac,
-               e_w=et.width, e_frac=et.frac, co_codes=_codes(co), dp_codes=_codes(dp), e_codes=_codes(et),
-               st_codes=_codes(st), acc0_w=acc0_w, acc0_frac=acc0.frac, acc1_w=acc1_w, acc1_frac=acc1.frac,
+               e_w=et.width, e_frac=et.frac, co_codes=mode_codes(co), dp_codes=mode_codes(dp), e_codes=mode_codes(et),
+               st_codes=mode_codes(st), acc0_w=acc0_w, acc0_frac=acc0.frac, acc1_w=acc1_w, acc1_frac=acc1.frac,
                sums0=sums0, sums1=sums1, gs_w=gs_w, gsums=gsums,
                bias1=[_aligned_bias(f"b1q_{o}", co.width, dp.frac, acc1_w) for o in range(n_out)], d=d,
                pad_from=[-(-(H - p) // P) for p in range(P)], readback=readback, rb_words=rb_words, n_params=n_params,
                rb_addr_w=rb_addr_w, in_w=in_w, out_w=out_w, rb_data_w=st.width,
-               rb_byte_w=max(1, _clog2(-(-st.width // 8))))
-    env = _env()
+               rb_byte_w=max(1, clog2(-(-st.width // 8))))
+    env = templates()
     files = {f"{name}.v": env.get_template("learner_mlp_folded.v.j2").render(**ctx),
              f"{name}_board.v": env.get_template("learner_board.v.j2").render(**ctx)}
     resources = {"multipliers": folded_multipliers(tuple(spec.sizes), P), "parameters": n_params,

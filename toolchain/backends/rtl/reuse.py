@@ -14,7 +14,8 @@ import math
 from dataclasses import dataclass
 
 from ...ir import Graph
-from .stages import FOLDABLE, MULTIPLIES, load_emitters
+from . import dense, kan  # noqa: F401  (they register the multiplier counts used here)
+from .stages import FOLDABLE, MULTIPLIES
 
 #: Share of the DSP blocks and of the LUTs that folded multipliers may take. DSP blocks sit in a few rows and
 #: every multiplier's operands and product must reach them, so a nearly full DSP row congests the fabric around
@@ -50,7 +51,6 @@ def lut_multiplier_cost(a_bits: int, b_bits: int) -> int:
 
 
 def choose_reuse(g: Graph, nodes: list, budget: Budget, operand_bits: tuple[int, int]) -> ReuseChoice:
-    load_emitters()
     products = {n.name: MULTIPLIES[n.OP](n) for n in nodes if n.OP in FOLDABLE}
     fixed = sum(MULTIPLIES[n.OP](n) for n in nodes if n.OP in MULTIPLIES and n.OP not in FOLDABLE)
     if not products:

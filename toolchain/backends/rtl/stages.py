@@ -12,7 +12,8 @@ holds ``out_data`` stable until ``out_ready``. ``latency`` is cycles from accept
 never stalled; ``ii`` is cycles between accepted samples at full rate. Both are known by construction
 and go into ``report.json``.
 
-Emitters register themselves with :func:`emitter`; :mod:`.generate` calls them in graph order.
+Emitters register themselves with :func:`emitter` when their module is imported; :mod:`.generate` imports
+every emitter module (``dense``, ``kan``) and calls them in graph order. This module imports none of them.
 """
 from __future__ import annotations
 
@@ -55,10 +56,6 @@ class StageRequest:
     #: is then the stage's output; ``out_type`` stays the node's own output type, requantized before the ReLU.
     relu_type: Optional[FixedType] = None
 
-    @property
-    def stage_out_type(self) -> FixedType:
-        return self.relu_type if self.relu_type is not None else self.out_type
-
 
 @dataclass
 class Stage:
@@ -74,18 +71,14 @@ class Stage:
 
 
 Emitter = Callable[[StageRequest], Stage]
-#: Emitters for the node kinds that can be folded: given a node, the multiplies per sample (for reuse choice).
+#: IR op -> its emitter.
 EMITTERS: dict[str, Emitter] = {}
+#: IR op -> its multiplies per sample, given a node (what ``--reuse auto`` counts).
 MULTIPLIES: dict[str, Callable[[Node], int]] = {}
 #: Ops whose stage honours a reuse factor > 1, with the multipliers their folded form builds at reuse R.
 FOLDABLE: dict[str, Callable[[Node, int], int]] = {}
 #: Ops whose stage can apply a following ReLU before its output register (see StageRequest.relu_type).
 FUSES_RELU: set[str] = set()
-
-
-def load_emitters() -> None:
-    """Import every module that registers emitters (they register on import)."""
-    from . import dense, kan  # noqa: F401
 
 
 def emitter(op: str, multiplies: Optional[Callable[[Node], int]] = None,
@@ -106,28 +99,3 @@ def emitter(op: str, multiplies: Optional[Callable[[Node], int]] = None,
         return fn
 
     return register
-
-
-def verilog_literal(code: int, width: int) -> str:
-    """A code as a sized Verilog literal of ``width`` bits (two's complement for negatives)."""
-    return f"{width}'h{code & ((1 << width) - 1):0{(width + 3) // 4}x}"
-
-
-def packed_parameter(codes, width: int) -> str:
-    """Codes as one packed Verilog constant, element i at [i*width +: width] (element 0 least significant)."""
-    total = width * len(codes)
-    value = 0
-    for i, c in enumerate(codes):
-        value |= (int(c) & ((1 << width) - 1)) << (i * width)
-    return f"{total}'h{value:0{(total + 3) // 4}x}"
-
-
-#: How the rtl/ library's ROUNDING and OVERFLOW parameters encode fixed.Rounding / fixed.Overflow.
-ROUNDING_CODE = {"TRN": 0, "TRN_ZERO": 1, "RND": 2, "RND_ZERO": 3, "RND_INF": 4, "RND_MIN_INF": 5, "RND_CONV": 6}
-OVERFLOW_CODE = {"WRAP": 0, "SAT": 1, "SAT_SYM": 2, "SAT_ZERO": 3}
-
-
-def type_parameters(prefix: str, t: FixedType) -> dict[str, int]:
-    """The Verilog parameters that describe a FixedType: <P>_W, <P>_FRAC, <P>_SIGNED (+ rounding/overflow)."""
-    return {f"{prefix}_W": t.width, f"{prefix}_FRAC": t.frac, f"{prefix}_SIGNED": int(t.signed),
-            f"{prefix}_ROUNDING": ROUNDING_CODE[t.rounding.value], f"{prefix}_OVERFLOW": OVERFLOW_CODE[t.overflow.value]}

@@ -38,7 +38,7 @@ import numpy as np
 from .. import ir
 from ..bspline import BASIS_IMPLS, CLOSED_FORM_POLYNOMIALS, basis_table, index_params
 from ..errors import BitforgeError
-from ..fixed import FixedType, Overflow, Rounding, out_of_range, parse_type, quantize, requantize
+from ..fixed import FixedType, Overflow, Rounding, clog2, out_of_range, parse_type, quantize, requantize
 
 __all__ = [
     "LearnerError", "LearnerWarning", "UpdateRule", "LearnerFormats", "LearnerSpec", "Learner", "build_learner",
@@ -272,21 +272,17 @@ class LearnerSpec:
 
 # -- derived types -----------------------------------------------------------------------------------
 
-def _clog2(n: int) -> int:
-    return (n - 1).bit_length() if n > 1 else 0
-
-
 def kan_accum_type(f: LearnerFormats, n_in: int) -> FixedType:
     """Exact, non-overflowing sum over inputs: each edge's sum_m c_m b_m is a convex combination (bases >= 0,
     sum exactly 1), so it stays within the coefficient range; ``n_in`` edges add ceil(log2 n_in) bits."""
-    g = _clog2(n_in)
+    g = clog2(n_in)
     frac = f.coeff.frac + f.basis.frac
     return FixedType(f.coeff.integer + g + frac, f.coeff.integer + g, True, Rounding.TRN, Overflow.SAT)
 
 
 def dense_accum_type(f: LearnerFormats, x_t: FixedType, n_in: int) -> FixedType:
     """Exact sum of ``n_in`` products plus the bias (at frac(x) + frac(W))."""
-    g = _clog2(n_in + 1)
+    g = clog2(n_in + 1)
     frac = x_t.frac + f.coeff.frac
     integer = x_t.integer + f.coeff.integer + g
     return FixedType(integer + frac, integer, True, Rounding.TRN, Overflow.SAT)

@@ -10,6 +10,7 @@ IR node each. Accumulator types are left unset: the precision pass chooses them.
 """
 from __future__ import annotations
 
+import io
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from .. import fixed, ir
 from ..bspline import BASIS_IMPLS, index_params
 from ..errors import BitforgeError
 from ..fixed import FixedType, Overflow
+from .pt2_archive import ArchiveError, logged_cause, quiet_torch_export_logs, read_archive
 
 __all__ = ["FrontendError", "from_torch", "load_pt2", "from_exported", "DEFAULT_BASIS_TYPE",
            "SUPPORTED_MODULES", "SUPPORTED_OPS"]
@@ -508,8 +510,16 @@ def load_pt2(path: Union[str, os.PathLike], name: Optional[str] = None, *,
     if not p.is_file():
         raise FrontendError(f"{p}: no such file; expected a .pt2 archive written by torch.export.save")
     try:
-        ep = torch.export.load(str(p))
-    except Exception as e:  # corrupt zip, wrong format, unknown custom op: all unreadable archives
-        raise FrontendError(f"{p}: cannot read as a torch.export archive ({type(e).__name__}: {e})") from e
+        data = read_archive(p)  # torch.export.load unpickles and evals parts of an archive: check them first
+    except ArchiveError as e:
+        raise FrontendError(f"{p}: {e}") from None
+    except OSError as e:
+        raise FrontendError(f"{p}: cannot read ({e.strerror or e})") from None
+    with quiet_torch_export_logs() as logged:
+        try:
+            ep = torch.export.load(io.BytesIO(data))  # the bytes that were checked, not the file again
+        except Exception as e:  # corrupt payload, unknown custom op, schema mismatch: all unreadable archives
+            cause = logged_cause(logged) or f"{type(e).__name__}: {' '.join(str(e).split())}"
+            raise FrontendError(f"{p}: cannot read as a torch.export archive ({cause})") from None
     return from_exported(ep, name or p.stem, input_range)
 

@@ -1,1 +1,1 @@
-"""HLS C++ templates used through hls4ml, shipped as package data."""
+"""Package data for a planned HLS C++ backend: nothing here yet but README.md (see it for the plan)."""

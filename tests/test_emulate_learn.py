@@ -369,11 +369,6 @@ def test_dead_zone_nearest_loses_small_updates_stochastic_does_not():
 
 # -- LFSR ----------------------------------------------------------------------------------------------
 
-def _gf2_mat_pow_is_identity(steps: int) -> bool:
-    # Columns of A**steps as images of the unit vectors: identity iff every unit vector comes back.
-    return all(int(lfsr_leap(np.array([1 << j], dtype=np.uint64), steps)[0]) == 1 << j for j in range(32))
-
-
 def test_lfsr_is_maximal_length():
     period = 2 ** 32 - 1
     # Leap tables of huge step counts are built by stepping, so test the order with repeated squaring.

@@ -116,11 +116,6 @@ class FixedType:
     def max_value(self) -> float:
         return math.ldexp(self.max_code, -self.frac)
 
-    @property
-    def exact_int64(self) -> bool:
-        """Codes of this type fit int64 with room for one carry."""
-        return self.width <= INT64_SAFE_BITS
-
     def with_(self, **changes) -> "FixedType":
         return replace(self, **changes)
 

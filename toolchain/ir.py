@@ -253,12 +253,6 @@ class Graph:
                 return n
         raise IRError(f"no node named '{name}' in graph '{self.name}'")
 
-    def producer(self, tensor: str) -> Optional[Node]:
-        for n in self.nodes:
-            if tensor in n.outputs:
-                return n
-        return None
-
     def consumers(self, tensor: str) -> list[Node]:
         return [n for n in self.nodes if tensor in n.inputs]
 

@@ -1,4 +1,4 @@
-"""Where the package data lives: the Verilog library (``rtl/``) and HLS templates (``hls/``).
+"""Where the package data lives: the Verilog library (``rtl/``).
 
 Found through ``importlib.resources`` so an installed wheel works away from the checkout.
 """
@@ -11,8 +11,3 @@ from importlib.resources.abc import Traversable
 def rtl_library() -> Traversable:
     """The folder of hand-written Verilog modules (package ``bitforge.rtl``)."""
     return resources.files("bitforge.rtl")
-
-
-def hls_templates() -> Traversable:
-    """The folder of HLS C++ templates (package ``bitforge.hls``)."""
-    return resources.files("bitforge.hls")

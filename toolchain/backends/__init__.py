@@ -1,1 +1,1 @@
-"""Backends: IR -> ONNX (and later Verilog, HLS)."""
+"""Backends: IR -> ONNX (``onnx_backend``) and IR -> Verilog (``rtl/``); an HLS C++ backend is planned."""

@@ -22,7 +22,7 @@ and the model computes with exactly what the checkpoint decodes.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F

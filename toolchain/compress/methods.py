@@ -28,10 +28,6 @@ def load_all() -> dict:
     return METHODS
 
 
-def available() -> list[str]:
-    return sorted(load_all())
-
-
 def describe_missing() -> str:
     load_all()
     if not MISSING:

@@ -478,9 +478,6 @@ class Analysis:
     tensors: dict[str, Bounds]
     stages: tuple[Stage, ...]
 
-    def stages_of(self, node: str) -> list[Stage]:
-        return [s for s in self.stages if s.node == node]
-
 
 def analyze(g: Graph, input_range: Optional[InputRange] = None) -> Analysis:
     """Propagate bounds from the graph inputs (see :func:`input_bounds`) through every node.

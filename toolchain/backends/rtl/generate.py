@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from typing import Mapping, Optional, Union
 
 from ...ir import Graph, Quantize
+from ...resources import rtl_library
 from . import dense, kan, stages  # noqa: F401  (the emitter modules register their ops on import)
 from .stages import Ports, Stage, StageRequest
 from .verilog import RtlError, templates, verilog_name
@@ -181,7 +181,7 @@ def _reuse_for(n, options: RtlOptions) -> int:
 
 def library_source(name: str) -> str:
     """Text of an ``rtl/`` library module shipped as package data."""
-    f = resources.files("bitforge.rtl").joinpath(name)
+    f = rtl_library().joinpath(name)
     if not f.is_file():
         raise RtlError(f"rtl library file {name} is missing from the installed package")
     return f.read_text()

@@ -21,7 +21,7 @@ from bitforge.toolchain.fixed import FixedType
 from torch import nn
 from torch.nn import functional as F
 
-from .quant import _maybe_quant
+from .quant import maybe_fake_quant
 
 __all__ = ["KANLayer", "KANError", "bspline_basis", "grid_from_spec"]
 
@@ -107,9 +107,9 @@ class KANLayer(nn.Module):
         return bspline_basis(x, self.grid_lo, self.grid_hi, self.grid_size, self.order)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b = _maybe_quant(self.basis(x), self.basis_type)
-        c = _maybe_quant(self.coeffs, self.coeff_type)
-        return _maybe_quant(torch.einsum("nij,oij->no", b, c), self.output_type)
+        b = maybe_fake_quant(self.basis(x), self.basis_type)
+        c = maybe_fake_quant(self.coeffs, self.coeff_type)
+        return maybe_fake_quant(torch.einsum("nij,oij->no", b, c), self.output_type)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, grid_size={self.grid_size}, "

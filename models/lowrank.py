@@ -15,7 +15,7 @@ from bitforge.toolchain.fixed import FixedType
 from torch import nn
 from torch.nn import functional as F
 
-from .quant import _maybe_quant
+from .quant import maybe_fake_quant
 
 __all__ = ["LowRankLinear", "LowRankError"]
 
@@ -70,9 +70,9 @@ class LowRankLinear(nn.Module):
         return out.to(linear.weight.dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = _maybe_quant(F.linear(x, _maybe_quant(self.v, self.v_type)), self.mid_type)
-        b = None if self.bias is None else _maybe_quant(self.bias, self.bias_type)
-        return _maybe_quant(F.linear(h, _maybe_quant(self.u, self.u_type), b), self.output_type)
+        h = maybe_fake_quant(F.linear(x, maybe_fake_quant(self.v, self.v_type)), self.mid_type)
+        b = None if self.bias is None else maybe_fake_quant(self.bias, self.bias_type)
+        return maybe_fake_quant(F.linear(h, maybe_fake_quant(self.u, self.u_type), b), self.output_type)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, rank={self.rank}"

@@ -21,7 +21,7 @@ from bitforge.toolchain.fixed import FixedType, Overflow, Rounding
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["fake_quant", "InputQuant", "QuantLinear", "fixed_type_of", "FAKE_QUANT_OP"]
+__all__ = ["fake_quant", "maybe_fake_quant", "InputQuant", "QuantLinear", "fixed_type_of", "FAKE_QUANT_OP"]
 
 
 def _rounded_codes(x64: torch.Tensor, frac: int, rounding: Rounding) -> torch.Tensor:
@@ -129,7 +129,9 @@ def fixed_type_of(node) -> FixedType:
     return _type_from_attrs(*(values[k] for k in names[1:]))
 
 
-def _maybe_quant(x: torch.Tensor, t: Optional[FixedType]) -> torch.Tensor:
+def maybe_fake_quant(x: torch.Tensor, t: Optional[FixedType]) -> torch.Tensor:
+    """``fake_quant(x, t)``, or ``x`` itself when ``t`` is None: the layers' optional types (an untyped weight or
+    output stays float, as in the IR)."""
     return x if t is None else fake_quant(x, t)
 
 
@@ -163,9 +165,9 @@ class QuantLinear(nn.Linear):
         self.output_type = output_type
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        w = _maybe_quant(self.weight, self.weight_type)
-        b = None if self.bias is None else _maybe_quant(self.bias, self.bias_type)
-        return _maybe_quant(F.linear(x, w, b), self.output_type)
+        w = maybe_fake_quant(self.weight, self.weight_type)
+        b = None if self.bias is None else maybe_fake_quant(self.bias, self.bias_type)
+        return maybe_fake_quant(F.linear(x, w, b), self.output_type)
 
     def extra_repr(self) -> str:
         types = ", ".join(f"{k}={t.to_short()}" for k, t in (("weight", self.weight_type), ("bias", self.bias_type),

@@ -141,7 +141,8 @@ def _block_out(out):
 
 
 @torch.no_grad()
-def _run_block(block: nn.Module, batches: list[tuple[torch.Tensor, dict]]) -> list[tuple[torch.Tensor, dict]]:
+def run_block(block: nn.Module, batches: list[tuple[torch.Tensor, dict]]) -> list[tuple[torch.Tensor, dict]]:
+    """``block``'s output on every batch, each with the keyword arguments it came with: the next block's inputs."""
     return [(_block_out(block(h, **kw)), kw) for h, kw in batches]
 
 
@@ -214,7 +215,7 @@ def quantize_model(model: nn.Module, calib: torch.Tensor | None, cfg: CompressCo
         if true_seq:
             # each linear is compressed in its pre-hook, before its matmul; the block's output feeds the next block
             with InputStats(linears, block, diag_only=diag_only, on_first_input=compress) as hooks:
-                batches = _run_block(block, batches)
+                batches = run_block(block, batches)
             missing = [n for n in linears if n not in hooks.reported]
             if missing:
                 raise RuntimeError(f"block {i}: {', '.join(missing)} never ran: not on the forward path")
@@ -228,7 +229,7 @@ def quantize_model(model: nn.Module, calib: torch.Tensor | None, cfg: CompressCo
                 # block), so it stops once the block's last linear has seen its input.
                 with InputStats(linears, block, diag_only=diag_only,
                                 stop_when_complete=statistics != "float") as hooks:
-                    outputs = _run_block(block, batches) if statistics == "float" else _feed_block(block, batches)
+                    outputs = run_block(block, batches) if statistics == "float" else _feed_block(block, batches)
                 stats = hooks.stats()
                 if use_cache:
                     cache.blocks[i] = stats
@@ -237,7 +238,7 @@ def quantize_model(model: nn.Module, calib: torch.Tensor | None, cfg: CompressCo
         if need_forward and i + 1 < len(blocks) and not true_seq:
             # float: the next block sees the float block's outputs; sequential: those of the compressed block
             # (the last block's outputs feed nothing: no forward for them).
-            batches = outputs if statistics == "float" else _run_block(block, batches)
+            batches = outputs if statistics == "float" else run_block(block, batches)
         del outputs
         if progress:
             progress(i + 1, len(blocks), f"block {i}: {len(linears)} linears compressed, method time "

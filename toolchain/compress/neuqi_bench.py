@@ -96,7 +96,7 @@ class Layer:
 def collect_layers(model, calib: torch.Tensor, blocks: tuple[int, ...], batch_size: int = 4) -> list[Layer]:
     """The linears of ``blocks`` with their float-model input energies (one forward up to the last block)."""
     from .calibration import InputStats
-    from .driver import _run_block, capture_block_inputs
+    from .driver import run_block, capture_block_inputs
     from .model_io import block_linears, decoder_blocks
 
     prefix, all_blocks = decoder_blocks(model)
@@ -108,11 +108,11 @@ def collect_layers(model, calib: torch.Tensor, blocks: tuple[int, ...], batch_si
     for i in range(max(blocks) + 1):
         block = all_blocks[i]
         if i not in blocks:
-            batches = _run_block(block, batches)
+            batches = run_block(block, batches)
             continue
         linears = block_linears(block)
         with InputStats(linears, block, diag_only=True) as hooks:
-            batches = _run_block(block, batches)
+            batches = run_block(block, batches)
         for name, st in hooks.stats().items():
             h = st.diag.to(torch.float32)
             layers.append(Layer(f"{prefix}.{i}.{name}", linears[name].weight.detach().to(torch.float32).clone(),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import signal
 import sys
 from pathlib import Path
 from typing import Optional
@@ -16,6 +17,8 @@ from .compiler import SIM_CYCLE_BUDGET
 from .console import (console, error, examples, out_console, print_compile_summary, print_simulation, print_target,
                       progress, result, table_console, warn)
 from .errors import is_user_error
+from .outputs import FORCE_HELP
+from .processes import signals_raise
 
 DEFAULT_DEMO = "jet-mlp"
 DEMO_TARGET = "ecp5-85f"
@@ -38,7 +41,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     opts = CompileOptions(to=tuple(args.to), precision=args.precision, vectors=args.vectors, seed=args.seed,
                           input_range=args.input_range, reuse=args.reuse, target=args.target)
-    report = compile_model(args.model, Path(args.output), opts, progress=progress)
+    report = compile_model(args.model, args.output, opts, progress=progress, force=args.force)  # '' stays ''
     print_compile_summary(report, Path(args.output))
     return 0
 
@@ -50,6 +53,7 @@ def cmd_emulate(args: argparse.Namespace) -> int:
 
     from . import emulate, ir
     from .errors import BitforgeError
+    from .outputs import write_file
 
     g = ir.load(args.out)
     path = Path(args.input)
@@ -67,8 +71,9 @@ def cmd_emulate(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise BitforgeError(f"{path}: {e}") from None
     y = values[g.outputs[0]]
-    np.save(args.output, y)
-    result(f"{x.shape[0]} samples -> {args.output} ({'codes' if args.codes else 'values'}, shape {y.shape})")
+    target = args.output if str(args.output).endswith(".npy") else f"{args.output}.npy"  # as np.save names it
+    write_file(target, lambda f: np.save(f, y), inputs=(args.input, args.out))
+    result(f"{x.shape[0]} samples -> {target} ({'codes' if args.codes else 'values'}, shape {y.shape})")
     return 0
 
 
@@ -118,7 +123,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     console.print(f"[bold]bitforge demo[/bold]: {DEFAULT_DEMO} -> {out}: ONNX and Verilog verified bit for bit, "
                   f"then a {DEMO_TARGET} bitstream")
     opts = CompileOptions(to=("onnx", "rtl"), reuse="auto", target=DEMO_TARGET)
-    _flow(DEFAULT_DEMO, out, opts, simulator="both", sim_vectors=None, pnr_seed=1)
+    _flow(DEFAULT_DEMO, args.output, opts, simulator="both", sim_vectors=None, pnr_seed=1, force=args.force)
     result(f"report: {out / 'report.md'}   |   next: bitforge emulate {out} --input X.npy -o Y.npy")
     return 0
 
@@ -221,15 +226,17 @@ def cmd_implement(args: argparse.Namespace) -> int:
     return 0
 
 
-def _flow(model: str, out: Path, opts, simulator: str, sim_vectors: Optional[int], pnr_seed: int) -> None:
+def _flow(model: str, out: str, opts, simulator: str, sim_vectors: Optional[int], pnr_seed: int,
+          force: bool = False) -> None:
     from .compiler import run_flow
 
     def compiled(report: dict) -> None:
-        print_compile_summary(report, out)
+        print_compile_summary(report, Path(out))
         if report.get("rtl", {}).get("reuse_auto"):
             result(f"reuse auto: {report['rtl']['reuse_auto']}")
 
-    done = run_flow(model, out, opts, simulator, sim_vectors, pnr_seed, progress=progress, on_compiled=compiled)
+    done = run_flow(model, out, opts, simulator, sim_vectors, pnr_seed, progress=progress, on_compiled=compiled,
+                    force=force)
     for sim, r in done.simulations.items():
         print_simulation(sim, r)
     print_target(opts.target, done.target)
@@ -250,7 +257,7 @@ def cmd_flow(args: argparse.Namespace) -> int:
         return 0
     opts = CompileOptions(to=("onnx", "rtl"), precision=args.precision, vectors=args.vectors, seed=args.seed,
                           input_range=args.input_range, reuse=args.reuse, target=args.target)
-    _flow(args.model, Path(args.output), opts, args.simulator, args.sim_vectors, args.pnr_seed)
+    _flow(args.model, args.output, opts, args.simulator, args.sim_vectors, args.pnr_seed, force=args.force)
     return 0
 
 
@@ -279,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
                        """))
     c.add_argument("model", metavar="MODEL")
     c.add_argument("-o", "--output", required=True, metavar="OUT", help="output folder (replaced atomically)")
+    c.add_argument("--force", action="store_true", help=FORCE_HELP)
     c.add_argument("--to", action="append", choices=["onnx", "rtl"], default=None,
                    help="backend(s) to run, repeatable (default: onnx)")
     _add_rtl_options(c)
@@ -355,7 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
                             bitforge flow learn:t1 --target ecp5-85f -o out/t1-learner  # online learner (KAN)
                         """))
     fl.add_argument("model", metavar="MODEL")
-    fl.add_argument("-o", "--output", required=True, metavar="OUT")
+    fl.add_argument("-o", "--output", required=True, metavar="OUT", help="output folder (replaced atomically)")
+    fl.add_argument("--force", action="store_true", help=FORCE_HELP)
     fl.add_argument("--precision", metavar="SPEC")
     fl.add_argument("--input-range", type=_parse_range, metavar="LO,HI")
     fl.add_argument("--vectors", type=int, default=10_000, help="ONNX verification vectors")
@@ -374,6 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    f"(ONNX Runtime; cocotb on Icarus and Verilator), then a {DEMO_TARGET} bitstream.",
                        epilog=examples("bitforge demo\nbitforge demo -o /tmp/demo"))
     d.add_argument("-o", "--output", default="out/demo", metavar="OUT", help="output folder (default out/demo)")
+    d.add_argument("--force", action="store_true", help=FORCE_HELP)
     d.set_defaults(func=cmd_demo)
 
     _add_bench_commands(sub, fmt)
@@ -451,10 +461,12 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "to", None) is None and args.command == "compile":
         args.to = ["onnx"]
     try:
-        return args.func(args)
-    except KeyboardInterrupt:
-        console.print("interrupted")
-        return 130
+        with signals_raise():  # SIGTERM and SIGHUP unwind like Ctrl-C: temporary folders and child tools go
+            return args.func(args)
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        console.print(f"stopped by {signal.Signals(signum).name}")
+        return 128 + signum
     except Exception as exc:  # noqa: BLE001 - the one place that turns errors into exit codes
         from .errors import VerificationFailed
         if is_user_error(exc):

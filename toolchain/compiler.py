@@ -3,25 +3,26 @@
 Stages: load (frontend) -> quantize (when a precision spec is given) -> infer precision -> validate ->
 backends -> verify against the golden model -> write. Everything is written into a temporary folder
 beside OUT and renamed into place only when every stage, verification included, has passed, so a
-failed run never leaves a half-written OUT.
+failed or interrupted run never leaves a half-written OUT (:mod:`.outputs`; ``flow`` does the same for
+the whole flow).
 """
 from __future__ import annotations
 
 import json
 import os
 import platform
-import shutil
-import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Callable, Iterator, Optional, Union
 
 import numpy as np
 
 from . import ir
-from .errors import BitforgeError, VerificationFailed
+from .errors import BitforgeError, VerificationFailed, is_user_error
 from .ir import Graph
+from .outputs import check_output
 
 BACKENDS = ("onnx", "rtl")
 
@@ -118,22 +119,9 @@ def prepare(loaded: LoadedModel, precision: Optional[str],
     return g, check_precision(g)
 
 
-def _atomic_output(out: Path) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.exists() and not out.is_dir():
-        raise CompileError(f"{out}: exists and is not a folder; choose another -o")
-    return Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-
-
-def commit_output(tmp: Path, out: Path) -> None:
-    """Replace ``out`` by ``tmp`` with renames only (the old folder is removed after the swap)."""
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.rename(out, old)
-    os.rename(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+def model_inputs(model: str) -> tuple[str, ...]:
+    """The files MODEL reads (none for a recipe): an output folder may not be or hold one of them."""
+    return (model,) if _looks_like_path(model) else ()
 
 
 #: RTL simulation cycles ``flow`` spends by default: Icarus runs a folded jet-mlp at ~1,000 cycles/s.
@@ -156,34 +144,55 @@ class FlowResult:
 
 def run_flow(model: str, out: Path, opts: CompileOptions, simulator: str, sim_vectors: Optional[int], pnr_seed: int,
              progress: Callable[[str], None] = lambda msg: None,
-             on_compiled: Callable[[dict], None] = lambda report: None) -> FlowResult:
-    """compile (ONNX + RTL) -> simulate and implement.
+             on_compiled: Callable[[dict], None] = lambda report: None, force: bool = False) -> FlowResult:
+    """compile (ONNX + RTL) -> simulate and implement, all in one temporary folder that replaces OUT at the end.
 
     Simulation and implementation both read only the compiled folder, so they run at once: the simulators and
     yosys/nextpnr are separate processes, one core each on a two-core machine, which takes the slower of the
     two off the wall time. A simulation failure is raised after implementation has finished (its numbers are
-    in report.json either way). ``on_compiled`` sees the compile report before the long stages start."""
-    from concurrent.futures import ThreadPoolExecutor
+    in report.json either way). ``on_compiled`` sees the compile report before the long stages start.
 
+    What OUT holds afterwards: everything, when all passed; the compiled, verified design and the failure
+    record in report.json, when a stage stopped on bad input or a tool's failure (the error is raised after
+    OUT is in place); the previous OUT, when a check disagreed with the golden model (the artefacts go to
+    ``OUT.failed``) or the run was interrupted."""
     from .flows.implement import implement
+    from .outputs import relocate
+    from .processes import worker_thread
     from .verify.simulate import simulate
 
-    report = compile_model(model, out, opts, progress=progress)
-    on_compiled(report)
-    if sim_vectors is None:
-        sim_vectors = default_sim_vectors(int(report.get("rtl", {}).get("ii", 1)))
-    result = FlowResult(report)
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="implement") as pool:
-        implementing = pool.submit(implement, out, opts.target, seed=pnr_seed, progress=progress)
-        sim_error = None
-        if simulator != "none":
+    t0 = time.perf_counter()
+    inputs = model_inputs(model)
+    real = check_output(out, force=force, inputs=inputs)  # before Path(): Path('') is '.'
+    out = Path(out)
+    loaded, g, warnings = _load(model, opts, progress)
+    with _staged(out, "flow", force, inputs) as tmp:
+        report = _compile_into(tmp, loaded, g, warnings, opts, t0, progress)
+        on_compiled(report)
+        if sim_vectors is None:
+            sim_vectors = default_sim_vectors(int(report.get("rtl", {}).get("ii", 1)))
+        result = FlowResult(report)
+        sim_error = impl_error = None
+        with worker_thread("implement") as pool:
+            implementing = pool.submit(implement, tmp, opts.target, seed=pnr_seed, progress=progress)
+            if simulator != "none":
+                try:
+                    result.simulations = simulate(tmp, simulator, sim_vectors, opts.seed, progress=progress)
+                except Exception as exc:  # noqa: BLE001 - raised once the implementation thread is done
+                    sim_error = exc
             try:
-                result.simulations = simulate(out, simulator, sim_vectors, opts.seed, progress=progress)
-            except Exception as exc:  # noqa: BLE001 - re-raised once the implementation thread is done
-                sim_error = exc
-        result.target = implementing.result()
-    if sim_error is not None:
-        raise sim_error
+                result.target = implementing.result()
+            except BitforgeError as exc:  # does not fit, a tool failed: recorded in report.json
+                impl_error = exc
+        for error in (sim_error, impl_error):
+            if error is not None and (isinstance(error, VerificationFailed) or not is_user_error(error)):
+                raise error
+        for r in result.simulations.values():
+            if isinstance(r.get("log"), str):
+                r["log"] = r["log"].replace(str(tmp), str(real))
+    stopped = sim_error or impl_error
+    if stopped is not None:
+        raise relocate(stopped, tmp, real)
     return result
 
 
@@ -197,14 +206,22 @@ def _versions() -> dict:
 
 
 def compile_model(model: str, out: Path, options: CompileOptions = CompileOptions(),
-                  progress: Callable[[str], None] = lambda msg: None) -> dict:
-    """Run the whole compile; returns the report (also written to ``OUT/report.json``)."""
-    from .backends.onnx_backend import run_onnxruntime, to_onnx
-    from .verify.compare import compare_outputs
-    from .verify.vectors import make_vectors
+                  progress: Callable[[str], None] = lambda msg: None, force: bool = False) -> dict:
+    """Run the whole compile; returns the report (also written to ``OUT/report.json``).
 
+    OUT is checked before the model is loaded (:func:`.outputs.check_output`; ``force`` replaces a folder
+    bitforge did not write) and replaced only when every stage has passed."""
     t0 = time.perf_counter()
+    inputs = model_inputs(model)
+    check_output(out, force=force, inputs=inputs)  # before Path(): Path('') is '.'
     out = Path(out)
+    loaded, g, warnings = _load(model, options, progress)
+    with _staged(out, "compile", force, inputs) as tmp:
+        report = _compile_into(tmp, loaded, g, warnings, options, t0, progress)
+    return report
+
+
+def _load(model: str, options: CompileOptions, progress: Callable[[str], None]) -> tuple[LoadedModel, Graph, list]:
     if options.precision is not None:  # a bad spec fails before any model is loaded or trained
         from .passes.quantize import parse_precision
         parse_precision(options.precision)
@@ -212,45 +229,62 @@ def compile_model(model: str, out: Path, options: CompileOptions = CompileOption
     loaded = load_model(model, options.seed)
     progress("quantizing and inferring precision" if options.precision else "inferring precision")
     g, warnings = prepare(loaded, options.precision, options.input_range)
-    tmp = _atomic_output(out)
-    try:
-        ir.save(g, tmp)
-        report: dict = {
-            "model": loaded.source,
-            "options": {"to": list(options.to), "precision": options.precision, "vectors": options.vectors,
-                        "seed": options.seed,
-                        "input_range": list(options.input_range) if options.input_range else None},
-            "graph": {"name": g.name, "nodes": len(g.nodes), "parameters": g.parameter_count(),
-                      "fixed_point": g.is_fixed,
-                      "layers": [dict(zip(("node", "op", "shape", "type", "parameters"), r)) for r in g.summary_rows()]},
-            "precision": {"warnings": [w.message for w in warnings]},
-            "verification": {},
-        }
-        if "onnx" in options.to:
-            progress("exporting ONNX")
-            model_proto = to_onnx(g)
-            (tmp / "model.onnx").write_bytes(model_proto.SerializeToString())
-            progress(f"verifying golden model vs ONNX Runtime on {options.vectors:,} vectors")
-            vectors = make_vectors(g, options.vectors, options.seed)
-            result = compare_outputs(g, vectors, run_onnxruntime(model_proto, vectors), "onnxruntime")
-            report["verification"]["golden_vs_onnxruntime"] = result.to_json()
-            if result.mismatches:
-                failed = out.with_name(out.name + ".failed")
-                shutil.rmtree(failed, ignore_errors=True)
-                _write_report(tmp, report, t0)
-                os.rename(tmp, failed)
-                raise VerificationFailed(
-                    f"golden model and ONNX Runtime disagree on {result.mismatches} of {result.vectors} vectors; "
-                    f"first: {json.dumps(result.first_mismatch)}. This is a bitforge bug; the artefacts are in "
-                    f"{failed} for a bug report.")
-        if "rtl" in options.to:
-            progress("generating Verilog")
-            report["rtl"] = write_rtl(g, tmp, options)
-        _write_report(tmp, report, t0)
-        commit_output(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    return loaded, g, warnings
+
+
+@contextmanager
+def _staged(out: Path, kind: str, force: bool, inputs: tuple[str, ...]) -> Iterator[Path]:
+    """:func:`.outputs.output_folder`, plus: a disagreement with the golden model moves the folder to
+    ``OUT.failed`` (the artefacts of a bug report) and says so in the error."""
+    from .outputs import keep_failed, output_folder, relocate
+
+    with output_folder(out, kind=kind, force=force, inputs=inputs) as tmp:
+        try:
+            yield tmp
+        except VerificationFailed as exc:
+            failed = keep_failed(tmp, out)
+            relocate(exc, tmp, failed)
+            exc.args = (f"{exc.args[0] if exc.args else exc} The artefacts are in {failed} for a bug report.",
+                        *exc.args[1:])
+            raise
+
+
+def _compile_into(tmp: Path, loaded: LoadedModel, g: Graph, warnings: list, options: CompileOptions, t0: float,
+                  progress: Callable[[str], None]) -> dict:
+    """The backends and the ONNX check, writing into ``tmp``; returns the report."""
+    from .backends.onnx_backend import run_onnxruntime, to_onnx
+    from .verify.compare import compare_outputs
+    from .verify.vectors import make_vectors
+
+    ir.save(g, tmp)
+    report: dict = {
+        "model": loaded.source,
+        "options": {"to": list(options.to), "precision": options.precision, "vectors": options.vectors,
+                    "seed": options.seed,
+                    "input_range": list(options.input_range) if options.input_range else None},
+        "graph": {"name": g.name, "nodes": len(g.nodes), "parameters": g.parameter_count(),
+                  "fixed_point": g.is_fixed,
+                  "layers": [dict(zip(("node", "op", "shape", "type", "parameters"), r)) for r in g.summary_rows()]},
+        "precision": {"warnings": [w.message for w in warnings]},
+        "verification": {},
+    }
+    if "onnx" in options.to:
+        progress("exporting ONNX")
+        model_proto = to_onnx(g)
+        (tmp / "model.onnx").write_bytes(model_proto.SerializeToString())
+        progress(f"verifying golden model vs ONNX Runtime on {options.vectors:,} vectors")
+        vectors = make_vectors(g, options.vectors, options.seed)
+        result = compare_outputs(g, vectors, run_onnxruntime(model_proto, vectors), "onnxruntime")
+        report["verification"]["golden_vs_onnxruntime"] = result.to_json()
+        if result.mismatches:
+            _write_report(tmp, report, t0)
+            raise VerificationFailed(
+                f"golden model and ONNX Runtime disagree on {result.mismatches} of {result.vectors} vectors; "
+                f"first: {json.dumps(result.first_mismatch)}. This is a bitforge bug.")
+    if "rtl" in options.to:
+        progress("generating Verilog")
+        report["rtl"] = write_rtl(g, tmp, options)
+    _write_report(tmp, report, t0)
     return report
 
 

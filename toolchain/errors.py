@@ -15,6 +15,21 @@ class IRError(BitforgeError):
     re-exports it: the IR's rules live in ``validate``, which must not import ``ir``)."""
 
 
+class OutputError(BitforgeError):
+    """An output path bitforge will not write: it would delete files bitforge did not write, or the input, or a
+    folder such as ``/``, the home folder or the current one; or the file system cannot hold it there."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP ended the run. Raised like Ctrl-C's ``KeyboardInterrupt`` (a subclass of it), so every
+    ``finally`` and ``except BaseException`` cleanup runs (temporary folders, child process groups); the CLI
+    exits with 128 + ``signum``."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
 class VerificationFailed(RuntimeError):
     """An executor disagreed with the golden model: a bug to report, never a tolerance to widen (exit 1)."""
 

@@ -71,7 +71,7 @@ def test_rtn_round_trip_decodes_to_the_weights_that_were_evaluated(tmp_path):
     out = tmp_path / "ckpt"
     manifest = save_checkpoint(out, q, model, SOURCE, {"calibration": {"ctx": 16}})
 
-    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "weights.safetensors"]
+    assert sorted(p.name for p in out.iterdir()) == [".bitforge.json", "manifest.json", "weights.safetensors"]
     on_disk = json.loads((out / "manifest.json").read_text())
     assert on_disk == json.loads(json.dumps(manifest))
     assert on_disk["format"] == checkpoint.FORMAT and on_disk["model"] == SOURCE
@@ -156,7 +156,7 @@ def test_write_is_atomic_replaces_a_checkpoint_and_refuses_foreign_folders(tmp_p
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("keep me")
-    with pytest.raises(BitforgeError, match="not a bitforge checkpoint; refusing"):
+    with pytest.raises(BitforgeError, match="a folder bitforge did not write"):
         save_checkpoint(foreign, q2, m2, SOURCE)
     assert (foreign / "notes.txt").read_text() == "keep me"
     afile = tmp_path / "file"

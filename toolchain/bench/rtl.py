@@ -16,8 +16,6 @@ import hashlib
 import json
 import os
 import platform
-import shutil
-import tempfile
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -165,43 +163,50 @@ def _tree_digest(folder: Path) -> str:
     return h.hexdigest()
 
 
-def _keep_or_replace(fresh: Path, dest: Path) -> bool:
-    """Move ``fresh`` to ``dest`` unless ``dest`` holds the same design (then its flow caches stay); True if replaced."""
+def _keep_or_replace(fresh: Path, dest: Path, force: bool = False) -> bool:
+    """Put ``fresh`` (a folder bitforge wrote) in place of ``dest`` unless ``dest`` holds the same design (then
+    its flow caches stay); True if replaced. A ``dest`` bitforge did not write is refused unless ``force``
+    (:mod:`..outputs`); one with the same design but no marker (a work folder of bitforge 0.1.0) is adopted."""
+    from ..outputs import discard, install, is_bitforge_output, write_marker
+
     if dest.is_dir() and _tree_digest(dest) == _tree_digest(fresh):
-        shutil.rmtree(fresh)
+        if not is_bitforge_output(dest):
+            write_marker(dest, "bench rtl")
+        discard(fresh)
         return False
-    if dest.exists():
-        shutil.rmtree(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fresh.rename(dest)
+    install(fresh, dest, force=force, option="--work")
     return True
 
 
-def build_bitforge(g: ir.Graph, dest: Path, vectors: int, seed: int) -> Path:
+def build_bitforge(g: ir.Graph, dest: Path, vectors: int, seed: int, force: bool = False) -> Path:
     """``bitforge compile IR --to onnx --to rtl --reuse 1`` into ``dest`` (kept when unchanged)."""
     from ..compiler import CompileOptions, compile_model
+    from ..outputs import discard, output_folder
 
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".ir-", dir=dest.parent) as tmp:
-        ir.save(g, tmp)
-        fresh = dest.with_name(f".{dest.name}.new")
-        shutil.rmtree(fresh, ignore_errors=True)
-        compile_model(tmp, fresh, CompileOptions(to=("onnx", "rtl"), vectors=vectors, seed=seed, reuse=1))
-    _keep_or_replace(fresh, dest)
+    ir_dir, fresh = dest.with_name(f".{dest.name}.ir"), dest.with_name(f".{dest.name}.new")
+    with output_folder(ir_dir, kind="bench rtl", force=force, option="--work") as staging:
+        ir.save(g, staging)
+    try:
+        compile_model(str(ir_dir), fresh, CompileOptions(to=("onnx", "rtl"), vectors=vectors, seed=seed, reuse=1),
+                      force=force)
+    finally:
+        discard(ir_dir)  # only compile's input
+    _keep_or_replace(fresh, dest, force)
     return dest
 
 
-def build_da4ml(g: ir.Graph, dest: Path, options, vectors: int, seed: int):
+def build_da4ml(g: ir.Graph, dest: Path, options, vectors: int, seed: int, force: bool = False):
     """da4ml's design for ``g`` in ``dest`` (kept when unchanged); returns (folder, equivalence with golden)."""
     from . import da4ml as da
+    from ..outputs import output_folder
 
     comb = da.trace(g)
     equivalence = da.check_equivalence(g, comb, vectors, seed)
     design = da.generate(g, comb, options)
     fresh = dest.with_name(f".{dest.name}.new")
-    shutil.rmtree(fresh, ignore_errors=True)
-    da.write_design(g, design, fresh, options, equivalence)
-    _keep_or_replace(fresh, dest)
+    with output_folder(fresh, kind="bench rtl", force=force, option="--work") as staging:
+        da.write_design(g, design, staging, options, equivalence)
+    _keep_or_replace(fresh, dest, force)
     return dest, equivalence
 
 
@@ -304,6 +309,7 @@ class BenchOptions:
     simulate: str = "none"  # none | icarus | verilator | both: cocotb bit-exactness of both designs' RTL
     sim_vectors: int = 200
     no_pnr: bool = False  # synthesis numbers only on bitstream targets (nextpnr takes tens of minutes on these)
+    force: bool = False  # replace design folders under work that bitforge did not write
 
 
 def run_bench(options: BenchOptions, progress: Progress = lambda m: None) -> BenchResult:
@@ -322,10 +328,10 @@ def run_bench(options: BenchOptions, progress: Progress = lambda m: None) -> Ben
         g = bench_graph(design, options.seed)
         folders = {"bitforge": options.work / name / "bitforge", "da4ml": options.work / name / "da4ml"}
         t0 = time.perf_counter()
-        build_bitforge(g, folders["bitforge"], options.vectors, options.seed)
+        build_bitforge(g, folders["bitforge"], options.vectors, options.seed, options.force)
         progress(f"{name}: bitforge RTL in {folders['bitforge']} ({time.perf_counter() - t0:.1f} s)")
         t0 = time.perf_counter()
-        _, eq = build_da4ml(g, folders["da4ml"], da_options, options.vectors, options.seed)
+        _, eq = build_da4ml(g, folders["da4ml"], da_options, options.vectors, options.seed, options.force)
         progress(f"{name}: da4ml RTL in {folders['da4ml']} ({time.perf_counter() - t0:.1f} s); its interpreter vs "
                  f"the golden model: {eq.mismatches} mismatches in {eq.vectors} vectors")
         checks = {"bitforge": _simulate(folders["bitforge"], options, progress),
@@ -402,10 +408,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also check both designs' RTL bit for bit with cocotb (default none)")
 
 
+    p.add_argument("--force", action="store_true",
+                   help="replace a design folder under --work (DIR/DESIGN/bitforge, DIR/DESIGN/da4ml) that bitforge "
+                        "did not write: its files are deleted (without it such a folder is refused, exit 2)")
 def options_from_args(args: argparse.Namespace) -> BenchOptions:
     return BenchOptions(designs=tuple(parse_designs(args.designs)), targets=tuple(parse_targets(args.targets)),
                         work=Path(args.work), latency_cutoff=args.latency_cutoff, clock_mhz=args.clock,
-                        simulate=args.simulate, no_pnr=args.no_pnr)
+                        simulate=args.simulate, no_pnr=args.no_pnr, force=args.force)
 
 
 def table(result: BenchResult):

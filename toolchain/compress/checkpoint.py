@@ -5,7 +5,8 @@
 ``manifest.json`` says where the base model comes from, the method configuration, the calibration protocol, one
 entry per layer (the method's meta: method, bits, group, zero_point, rank, packing, bpw, shape, plus the list of
 its tensor names) and the whole-model bits per weight. Everything not listed (embeddings, norms, ``lm_head``) is
-the base model's. The folder is written to a temporary sibling and renamed into place.
+the base model's. The folder is written through :func:`bitforge.toolchain.outputs.output_folder`: a temporary
+sibling renamed into place, and a folder bitforge did not write is never replaced without ``force``.
 
 Loading rebuilds the model as *base model + decoded layers*: a decoder turns a layer's stored tensors back into
 its float32 weight. Decoders are looked up by the layer's ``meta["method"]`` first, then by ``meta["packing"]``
@@ -17,9 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +26,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..compiler import commit_output
 from ..errors import BitforgeError, VerificationFailed
+from ..outputs import check_output as check_output_path
+from ..outputs import output_folder
 
 FORMAT = "bitforge-compressed-lm"
 VERSION = 1
@@ -122,30 +121,10 @@ def _json_safe(value):
     return str(value)
 
 
-def check_output(out: Path) -> None:
-    """Refuse an output path that is a file or a foreign non-empty folder (checked before any long work)."""
-    out = Path(out)
-    if out.exists():
-        if not out.is_dir():
-            raise BitforgeError(f"-o {out}: exists and is not a folder; choose another output path")
-        if any(out.iterdir()) and not (out / MANIFEST).is_file():
-            raise BitforgeError(f"-o {out}: a non-empty folder that is not a bitforge checkpoint; refusing to "
-                                "replace it (choose another path or remove it)")
-
-
-def _prepare_out(out: Path) -> Path:
-    check_output(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-
-
-def _commit(tmp: Path, out: Path) -> None:
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes the folder private; the checkpoint is an ordinary output
-    for f in tmp.iterdir():
-        os.chmod(f, 0o666 & ~umask)
-    commit_output(tmp, out)
+def check_output(out: Path, force: bool = False, inputs=()) -> None:
+    """Refuse, before any long work, an output path that :func:`save_checkpoint` would refuse (a file, a
+    non-empty folder bitforge did not write unless ``force``, a protected folder, one holding an input)."""
+    check_output_path(out, force=force, inputs=inputs)
 
 
 def verify_decoding(layers: dict, model: nn.Module) -> dict:
@@ -170,11 +149,10 @@ def verify_decoding(layers: dict, model: nn.Module) -> dict:
             "no_decoder": sorted(undecodable)}
 
 
-def save_checkpoint(out: Path, quantized, model: nn.Module, source: dict, extra: dict | None = None) -> dict:
+def save_checkpoint(out: Path, quantized, model: nn.Module, source: dict, extra: dict | None = None,
+                    force: bool = False, inputs=()) -> dict:
     """Write ``quantized`` (a :class:`.driver.QuantizedModel`) to ``out``; returns the manifest."""
-    out = Path(out)
-    tmp = _prepare_out(out)
-    try:
+    with output_folder(out, kind="quantize", force=force, inputs=inputs) as tmp:
         decoding = verify_decoding(quantized.layers, model)
         tensors, layers = {}, {}
         for name, rec in quantized.layers.items():
@@ -199,10 +177,6 @@ def save_checkpoint(out: Path, quantized, model: nn.Module, source: dict, extra:
         }
         save_file(tensors, str(tmp / WEIGHTS), metadata={"format": FORMAT, "version": str(VERSION)})
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-        _commit(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return manifest
 
 

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from ..console import console, counted_progress, examples, out_console, progress, table_console
 from ..errors import BitforgeError
+from ..outputs import FORCE_HELP
 
 #: ``--statistics`` choices (driver.STATISTICS; spelled out here so that ``--help`` does not import torch).
 STATISTICS = ("sequential", "true-sequential", "float")
@@ -92,7 +93,8 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     text_cfg = _text_config(args)
     _check_text_arg(args.text)
     out = Path(args.output)
-    check_output(out)
+    inputs = tuple(p for p in (args.model, args.text) if p and Path(p).exists())
+    check_output(out, force=args.force, inputs=inputs)
     source = resolve_model(args.model)
 
     with console.status(f"loading {source.describe()}"):
@@ -122,7 +124,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         with console.status(f"perplexity on {split.eval.shape[0]} x {split.eval.shape[1]} tokens"):
             ppl = perplexity(lm.model, split.eval, batch_size=max(1, args.batch_size // 2))
         extra["perplexity"] = ppl.to_json()
-    manifest = save_checkpoint(out, q, lm.model, _source_record(lm), extra)
+    manifest = save_checkpoint(out, q, lm.model, _source_record(lm), extra, force=args.force, inputs=inputs)
 
     t = Table(title=f"{source.spec} -> {out}", title_justify="left")
     for col in ("method", "bits", "group", "rank", "layers", "bpw", "method s", "wall s", "ppl"):
@@ -255,6 +257,7 @@ def add_commands(subparsers, formatter_class) -> None:
     q.add_argument("--distill-batch", type=int, default=1, metavar="N", help="distillation: chunks per step (default 1)")
     q.add_argument("--eval", action="store_true", help="also measure perplexity and store it in the manifest")
     q.add_argument("-o", "--output", required=True, metavar="OUT", help="output folder (replaced atomically)")
+    q.add_argument("--force", action="store_true", help=FORCE_HELP)
     q.set_defaults(func=cmd_quantize)
 
     e = subparsers.add_parser(

@@ -10,7 +10,9 @@ Three YoWASP quirks shape this module (see TOOLNOTES):
   the console stream is kept separately (``*.console.log``) for crashes before the log opens.
 
 Each tool runs in a child Python (the same interpreter), so a tool crash cannot take bitforge down, and a
-heartbeat goes to ``progress`` every :data:`HEARTBEAT_S` seconds: never a silent minute.
+heartbeat goes to ``progress`` every :data:`HEARTBEAT_S` seconds: never a silent minute. The child runs in a
+process group of its own that ends with the run (:mod:`bitforge.toolchain.processes`): Ctrl-C, SIGTERM or an
+error kill it, and on Linux so does bitforge's own death.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from .. import processes
 from ..errors import BitforgeError
 
 Progress = Callable[[str], None]
@@ -160,17 +163,17 @@ def run_tool(name: str, args: Sequence[str], cwd: Path, console_log: Path, *, la
     with open(console_log, "wb") as console:
         console.write(f"# {command_line(name, args)}   (run in {cwd})\n".encode())
         console.flush()
-        proc = subprocess.Popen(tool.argv(args), cwd=cwd, stdout=console, stderr=subprocess.STDOUT)
-        while True:
-            try:
-                rc = proc.wait(timeout=HEARTBEAT_S)
-                break
-            except subprocess.TimeoutExpired:
-                progress(f"{label}: {time.perf_counter() - t0:.0f} s ... {_last_line(log)}")
-            except BaseException:
-                proc.kill()
-                proc.wait()
-                raise
+        proc = processes.start(tool.argv(args), cwd=cwd, stdout=console, stderr=subprocess.STDOUT)
+        try:
+            while True:
+                try:
+                    rc = processes.wait(proc, timeout=HEARTBEAT_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    progress(f"{label}: {time.perf_counter() - t0:.0f} s ... {_last_line(log)}")
+        except BaseException:  # Ctrl-C, SIGTERM, an error in progress(): the tool's whole group goes
+            processes.end(proc)
+            raise
     seconds = time.perf_counter() - t0
     if rc != 0:
         raise ToolFailed(f"{tool.name} failed (exit {rc}) after {seconds:.1f} s: {_first_error(log, console_log)}; "

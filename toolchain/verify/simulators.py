@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
+from .. import processes
 from ..errors import BitforgeError, VerificationFailed
 
 SIMULATORS = ("icarus", "verilator")
@@ -96,6 +98,25 @@ def _parse_results(path: Path, simulator: str) -> TestOutcome:
     return TestOutcome(simulator, passed, failed, path, failures)
 
 
+def _own_process_groups(runner) -> None:
+    """cocotb's runner starts make, iverilog, vvp, verilator and the binary it builds with ``subprocess.run``;
+    start each in a process group of its own that ends with the run instead (:mod:`..processes`: Ctrl-C or
+    SIGTERM no longer leaves a simulator running). Same commands, environment, log and errors as cocotb's own
+    ``_execute_cmds``; a cocotb without that method keeps its own (tests/test_interrupts.py would notice)."""
+    if not callable(getattr(type(runner), "_execute_cmds", None)):
+        return
+
+    def execute_cmds(cmds, cwd, stdout=None) -> None:
+        for cmd in cmds:
+            runner.log.info("Running command %s in directory %s", " ".join(map(str, cmd)), cwd)
+            rc = processes.run(cmd, cwd=cwd, env=runner.env, stdout=stdout,
+                               stderr=None if stdout is None else subprocess.STDOUT)
+            if rc != 0:
+                raise RuntimeError(f"Command failed with return code: {rc}")
+
+    runner._execute_cmds = execute_cmds
+
+
 def run_cocotb(simulator: str, sources: Sequence[Path], toplevel: str, test_module: str, test_dir: Path,
                build_dir: Path, parameters: Optional[Mapping[str, object]] = None,
                extra_env: Optional[Mapping[str, str]] = None, includes: Sequence[Path] = (),
@@ -111,6 +132,7 @@ def run_cocotb(simulator: str, sources: Sequence[Path], toplevel: str, test_modu
     from cocotb_tools.runner import get_runner
 
     runner = get_runner(simulator)
+    _own_process_groups(runner)
     build_args = ["-Wno-fatal"] if simulator == "verilator" else []
     runner.build(sources=[str(s) for s in sources], hdl_toplevel=toplevel, build_dir=str(build_dir),
                  parameters=dict(parameters or {}), includes=[str(i) for i in includes], build_args=build_args,

@@ -56,6 +56,8 @@ class Node:
     """
 
     OP: ClassVar[str] = ""
+    #: Input tensors the op reads (every op writes one output).
+    ARITY: ClassVar[int] = 1
     name: str
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
@@ -125,6 +127,7 @@ class Add(Node):
     """Element-wise exact sum of two tensors of the same shape, then requantize to the output type."""
 
     OP: ClassVar[str] = "Add"
+    ARITY: ClassVar[int] = 2
 
 
 @dataclass

@@ -17,9 +17,6 @@ from .fixed import FixedType
 if TYPE_CHECKING:
     from .ir import Graph, Node
 
-ARITY = {"Quantize": 1, "Requantize": 1, "ReLU": 1, "Add": 2, "Dense": 1, "LowRankDense": 1, "KANLayer": 1}
-
-
 def check_graph(g: Graph) -> None:
     names = set()
     defined = set(g.inputs)
@@ -29,8 +26,8 @@ def check_graph(g: Graph) -> None:
         if n.name in names:
             raise IRError(f"{n.describe()}: node name used twice")
         names.add(n.name)
-        if len(n.inputs) != ARITY[n.OP] or len(n.outputs) != 1:
-            raise IRError(f"{n.describe()}: expected {ARITY[n.OP]} input(s) and 1 output, "
+        if len(n.inputs) != n.ARITY or len(n.outputs) != 1:
+            raise IRError(f"{n.describe()}: expected {n.ARITY} input(s) and 1 output, "
                           f"found {len(n.inputs)} and {len(n.outputs)}")
         for t in n.inputs:
             g.tensor(t)

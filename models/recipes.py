@@ -21,14 +21,17 @@ from torch.nn import functional as F
 
 from .datasets import JET_CLASSES, JET_FEATURES, jet_like, t1_regime1
 from .kan import KANLayer
-from .quant import InputQuant, QuantLinear
+from .quant import InputQuant, QuantLinear, fake_quant
 
-__all__ = ["Recipe", "RecipeError", "get_recipe", "list_recipes", "weight_type_for", "EVAL_SEED"]
+__all__ = ["Recipe", "RecipeError", "get_recipe", "list_recipes", "fixed_type_for", "weight_type_for",
+           "worst_case_output_types", "EVAL_SEED"]
 
 #: Held-out samples for :meth:`Recipe.evaluate` come from this seed (training uses the build seed).
 EVAL_SEED = 1_000_003
 
+#: The input quantizer's type (and the biases'; kan-tracker's throughout).
 ACT_TYPE = FixedType(16, 6, True, "RND_CONV", "SAT")
+ACT_WIDTH = ACT_TYPE.width
 WEIGHT_WIDTH = 8
 
 
@@ -84,6 +87,8 @@ def _deterministic(seed: int) -> Iterator[None]:
 # -- jet-mlp -----------------------------------------------------------------------------------------
 
 JET_WIDTHS = (JET_FEATURES, 64, 32, 32, JET_CLASSES)
+#: jet_like clips its features to this range; the compiler checks every type against it.
+JET_INPUT_RANGE = (-4.0, 4.0)
 
 
 def _jet_layers(modules: nn.Sequential) -> list[QuantLinear]:
@@ -100,7 +105,7 @@ def _jet_model() -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-def weight_type_for(values: torch.Tensor, width: int = WEIGHT_WIDTH) -> FixedType:
+def fixed_type_for(values: torch.Tensor, width: int) -> FixedType:
     """Signed RND_CONV/SAT type of ``width`` bits with the fewest integer bits (at least 1) in which no value saturates.
 
     "No value saturates" is checked on the rounded code, so a peak just below a power of two that rounds
@@ -116,6 +121,39 @@ def weight_type_for(values: torch.Tensor, width: int = WEIGHT_WIDTH) -> FixedTyp
         integer += 1
 
 
+def weight_type_for(values: torch.Tensor, width: int = WEIGHT_WIDTH) -> FixedType:
+    """The weight type of a layer: :func:`fixed_type_for` its trained values at ``WEIGHT_WIDTH`` bits."""
+    return fixed_type_for(values, width)
+
+
+def worst_case_output_types(model: nn.Sequential, input_range: tuple[float, float]) -> list[FixedType]:
+    """Per QuantLinear of an InputQuant/QuantLinear/ReLU chain: the ``ACT_WIDTH``-bit type with the fewest integer
+    bits that no input inside ``input_range`` can saturate.
+
+    The bounds are those of the compiler's interval analysis (``check_precision``), computed the same way:
+    each output's extremes over the corners of its inputs' intervals, from the quantized weights and bias,
+    then rounded by the chosen type (and clipped at 0 by a ReLU) to bound the next layer. float64 is exact
+    here (codes of at most 16 + 8 bits, at most 64 terms). A type fixed once for every layer (the recipe's
+    first version: ``fixed<16,6>``) let the deeper layers' worst cases (up to about 190) saturate it.
+    """
+    quant = model[0]
+    lo, hi = (fake_quant(torch.tensor([v], dtype=torch.float64), quant.fixed_type) for v in input_range)
+    layers = _jet_layers(model)
+    types = []
+    for i, layer in enumerate(layers):
+        w = fake_quant(layer.weight.detach().double(), layer.weight_type)
+        b = fake_quant(layer.bias.detach().double(), layer.bias_type)
+        pos, neg = w.clamp(min=0), w.clamp(max=0)
+        out_lo = pos @ lo.expand(w.shape[1]) + neg @ hi.expand(w.shape[1]) + b
+        out_hi = pos @ hi.expand(w.shape[1]) + neg @ lo.expand(w.shape[1]) + b
+        t = fixed_type_for(torch.cat([out_lo, out_hi]), ACT_WIDTH)
+        types.append(t)
+        lo, hi = fake_quant(out_lo, t), fake_quant(out_hi, t)
+        if i < len(layers) - 1:  # the ReLU between layers
+            lo, hi = lo.clamp(min=0), hi.clamp(min=0)
+    return types
+
+
 def _fit_classifier(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int, lr: float, seed: int) -> None:
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
@@ -129,7 +167,9 @@ def _fit_classifier(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: 
 
 
 def _train_jet(seed: int) -> nn.Module:
-    """Float training, then per-layer weight types from the trained ranges, then quantization-aware tuning."""
+    """Float training, then per-layer weight types from the trained ranges and output types from the worst case
+    over the input range, then quantization-aware tuning; the output types are sized again for the tuned
+    weights, so the model that is compiled saturates for no input in range."""
     xs, ys = jet_like(6000, seed)
     x, y = torch.from_numpy(xs), torch.from_numpy(ys)
     model = _jet_model()
@@ -137,9 +177,15 @@ def _train_jet(seed: int) -> nn.Module:
     for layer in _jet_layers(model):
         layer.weight_type = weight_type_for(layer.weight)
         layer.bias_type = ACT_TYPE
-        layer.output_type = ACT_TYPE
+    _set_output_types(model)
     _fit_classifier(model, x, y, epochs=6, lr=2e-3, seed=seed + 1)
+    _set_output_types(model)
     return model
+
+
+def _set_output_types(model: nn.Sequential) -> None:
+    for layer, t in zip(_jet_layers(model), worst_case_output_types(model, JET_INPUT_RANGE)):
+        layer.output_type = t
 
 
 def _score_classifier(module: nn.Module, n: int, seed: int) -> dict[str, float]:
@@ -177,8 +223,9 @@ _RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe(
         name="jet-mlp",
         description="16-64-32-32-5 MLP on the synthetic jet_like task; 8-bit weights (integer bits per layer "
-                    "from the trained range), fixed<16,6,RND_CONV,SAT> activations; float training then QAT",
-        input_range=(-4.0, 4.0),
+                    "from the trained range), 16-bit activations (integer bits per layer from the worst case over "
+                    "the input range: none saturates); float training then QAT",
+        input_range=JET_INPUT_RANGE,
         train=_train_jet,
         sample=lambda n, seed: jet_like(n, seed)[0],
         score=_score_classifier,

@@ -256,7 +256,35 @@ def test_jet_mlp_has_the_documented_layers_and_types(jet_model):
     for layer in layers:
         t = layer.weight_type
         assert (t.width, t.signed, t.rounding, t.overflow) == (8, True, Rounding.RND_CONV, Overflow.SAT)
-        assert layer.output_type == act and layer.bias_type == act
+        t = layer.output_type
+        assert (t.width, t.signed, t.rounding, t.overflow) == (16, True, Rounding.RND_CONV, Overflow.SAT)
+        assert layer.bias_type == act
+
+
+def test_jet_mlp_output_types_are_the_narrowest_that_never_saturate_in_range(jet_model):
+    """The compiler's own interval analysis is the judge: no precision warning for inputs in [-4, 4] (the
+    default example prints none), and one integer bit fewer on any layer's output makes that layer saturate."""
+    from bitforge.toolchain.frontends.torch_frontend import from_torch
+    from bitforge.toolchain.passes.precision import check_precision, infer_precision
+
+    recipe = get_recipe("jet-mlp")
+
+    def warnings(model):
+        g = from_torch(model, recipe.example_input(4), "jet-mlp")
+        g.metadata["input_range"] = list(recipe.input_range)
+        return check_precision(infer_precision(g))
+
+    assert warnings(jet_model) == []
+    layers = [m for m in jet_model if isinstance(m, QuantLinear)]
+    assert layers[-1].output_type.integer > 6  # the fixed<16,6> of the recipe's first version saturated
+    for i, layer in enumerate(layers):
+        t = layer.output_type
+        layer.output_type = t.with_(integer=t.integer - 1)  # same width: one integer bit for one frac bit
+        try:
+            found = warnings(jet_model)
+        finally:
+            layer.output_type = t
+        assert [w.node for w in found][:1] == [f"dense_{2 * i + 1}"] and found[0].where == "output"
 
 
 @pytest.mark.parametrize("peak,integer",

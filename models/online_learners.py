@@ -1,6 +1,6 @@
 """Float reference of the on-chip online learners: KAN (any depth) and MLP, one sample per step.
 
-Protocol (RESEARCH.md section 1): for every sample, predict y_hat, then take one plain SGD step on that
+Protocol (arXiv 2602.02056; docs/references.md): for every sample, predict y_hat, then take one plain SGD step on that
 same sample's loss L = sum_o (y_hat_o - t_o)^2, whose feedback is dL/dy_hat = 2 (y_hat - t). For the
 last KAN layer this is exactly the LMS update of the hardware, c_{o,i,c+m} -= eta 2 e_o b_m(u_i), on the
 k+1 active coefficients per edge; hidden KAN layers receive dL/dx_i = sum_o g_o phi'_{o,i}(x_i) from
@@ -116,7 +116,7 @@ class FloatLearnerSpec:
         return shapes
 
 
-#: The benchmark's reference learners per task (RESEARCH.md section 1); ``bitforge learn`` defaults.
+#: The benchmark's reference learners per task (arXiv 2602.02056); ``bitforge learn`` defaults.
 #: Learning rates are the best power of two of a float sweep over task seeds 0..4 (lower eta when two
 #: are close: fixed point has less headroom), measured by ``python -m bitforge.models.online_learners``:
 #: - T1 KAN: on [-2, 2] the edge coefficients (b_0 <= 1/6 at the grid's ends) learn too slowly for the

@@ -1,4 +1,4 @@
-"""Benchmark tasks of the on-chip online learners (RESEARCH.md section 1), generated in closed form.
+"""Benchmark tasks of the on-chip online learners (arXiv 2602.02056), generated in closed form.
 
 Every task is a fixed stream of samples, seeded, in float64, identical on every machine, with no
 download: the protocol is prequential (the learner predicts sample t, then updates on that same sample),

@@ -413,7 +413,7 @@ def test_lfsr_leap_equals_single_steps():
 
 def _saturating_index(xq, node):
     """The public HLS code's index: the table row (0..2**U - 1) held in the <16,6> datapath type, which
-    saturates at 31.99, so rows above 31 are never read (RESEARCH.md section 1)."""
+    saturates at 31.99, so rows above 31 are never read (docs/references.md)."""
     raw = ((xq - node.index_lo) * node.index_mult) >> node.index_shift
     s = np.clip(raw, 0, (node.grid_size << node.u_bits) - 1)
     row = s & ((1 << node.u_bits) - 1)

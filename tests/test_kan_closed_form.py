@@ -1,7 +1,7 @@
 """basis_impl "closed_form": the KAN basis arithmetic of the closed-form circuit, in the golden model.
 
 The reference here is independent of bspline's integer polynomials: the textbook uniform blending functions
-(RESEARCH.md section 1) evaluated with exact rationals, floored for m >= 1, b_0 completing the row.
+(arXiv 2602.02056, docs/references.md) evaluated with exact rationals, floored for m >= 1, b_0 completing the row.
 """
 from __future__ import annotations
 

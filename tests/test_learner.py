@@ -83,8 +83,9 @@ def test_spec_json_round_trip_and_replace():
 
 # -- dead zone -----------------------------------------------------------------------------------------
 
-def test_dead_zone_formula_matches_research_note():
-    # RESEARCH.md: learning stops once |e| < ~3 2**(-F-3) / eta for cubic bases (b_max = 2/3), F storage frac.
+def test_dead_zone_formula_matches_the_papers_bound():
+    # arXiv 2602.02056 (docs/references.md): learning stops once |e| < ~3 2**(-F-3) / eta for cubic bases
+    # (b_max = 2/3), F storage frac.
     s = kan_spec(rule=UpdateRule(4))
     F = s.formats.storage.frac
     assert dead_zone_error(s) == pytest.approx(3 * 2.0 ** (-F - 3) / 2.0 ** -4, rel=1e-3)

@@ -1,6 +1,6 @@
 """NeUQI: scale and float zero-point that minimise the diagonal-Hessian-weighted quantization error.
 
-Objective per group (arXiv 2505.17595; RESEARCH.md section 3): ``sum_i h_i (Q(w_i) - w_i)^2`` with
+Objective per group (arXiv 2505.17595): ``sum_i h_i (Q(w_i) - w_i)^2`` with
 ``h = diag(E[x x^T])`` over the group's input columns and ``Q(w) = (clamp(round(w/s - z), 0, q) + z) s``,
 ``q = 2^b - 1``.
 

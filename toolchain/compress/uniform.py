@@ -1,7 +1,7 @@
 """Uniform b-bit weight quantization with a float zero-point, and its min-max (RTN) initialiser.
 
 ``Q(w) = (clamp(round(w/s - z), 0, 2^b - 1) + z) * s`` per output channel or per group of ``group`` consecutive
-input columns (NeUQI's parametrisation, RESEARCH.md section 3): the zero-point ``z`` is a float in units of the
+input columns (NeUQI's parametrisation, arXiv 2505.17595): the zero-point ``z`` is a float in units of the
 scale, so the grid need not contain 0 and an initialiser may place it anywhere.
 
 Scale and zero-point are stored as float16, and codes are always rounded against the *stored* (fp16-rounded)

@@ -41,7 +41,7 @@ MLP_WIDTHS = (16, 32, 64, 128, 256)
 #: Synthesised cells that are LUTs used as memory (AMD distributed RAM, ECP5 DPRAM slices): the scaling plot
 #: shows them apart from logic LUTs, which is what must stay flat as G grows.
 LUTRAM_CELLS = ("RAM32", "RAM64", "RAM128", "RAM256", "TRELLIS_DPR")
-#: The public HLS KAN learner on T1 (RESEARCH.md): an HLS estimate on an UltraScale+ part.
+#: The public HLS KAN learner on T1 (arXiv 2602.02056's code, docs/references.md): an HLS estimate, UltraScale+.
 PUBLIC_T1 = {"design": "public HLS KAN [1,1] G=5 (T1)", "target": "UltraScale+ (HLS estimate)",
              "latency_cycles": 11, "latency_ns": 55.0, "ii": 12, "lut": 2695, "dsp": 9}
 #: The scaling sweep's formats, shared by every KAN and MLP point and the large learner: 16-bit inputs (T4's are

@@ -1,6 +1,6 @@
 """The golden model of online learning: a learner's whole prequential trajectory, bit for bit.
 
-Per sample t (predict, then update on the same sample; RESEARCH.md section 1):
+Per sample t (predict, then update on the same sample; arXiv 2602.02056):
 
 1. **Forward** with the current coefficients, exactly :func:`bitforge.toolchain.emulate.kan_fixed` on the
    learner's :meth:`~bitforge.toolchain.learn.spec.Learner.inference_graph` (coefficients read storage -> coeff),

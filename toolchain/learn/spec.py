@@ -1,6 +1,6 @@
 """Online learners as IR: a graph of KAN (or Dense + ReLU) nodes holding the INITIAL state, plus its update rule.
 
-A learner predicts, computes its error on chip and updates, one sample per step (RESEARCH.md section 1).
+A learner predicts, computes its error on chip and updates, one sample per step (arXiv 2602.02056).
 ``learn.emulate.run`` defines its trajectory bit for bit; the RTL learner generator implements the same
 arithmetic. Everything a hardware learner needs to be generated lives in :class:`LearnerSpec`:
 
@@ -474,7 +474,7 @@ def _basis_max(spec: LearnerSpec) -> float:
 
 def dead_zone_error(spec: LearnerSpec) -> float:
     """|e| below which a round-to-nearest update of the output layer is lost even at the largest basis weight:
-    2 |e| b_max 2**-lr_shift < LSB_storage / 2, i.e. |e| < LSB_storage 2**(lr_shift - 2) / b_max (RESEARCH.md:
+    2 |e| b_max 2**-lr_shift < LSB_storage / 2, i.e. |e| < LSB_storage 2**(lr_shift - 2) / b_max (arXiv 2602.02056:
     ~3 2**(-F-3) / eta for cubic). The MLP's largest "basis" is its input; we report the bias's (input 1)."""
     return spec.formats.storage.lsb * math.ldexp(1.0, spec.rule.lr_shift - 2) / _basis_max(spec)
 

@@ -254,9 +254,13 @@ def test_row_of_a_design_too_big_keeps_its_synthesis_numbers(tmp_path):
 
 
 def test_unchanged_design_folder_is_kept_with_its_caches(tmp_path):
+    from bitforge.toolchain.errors import OutputError
+    from bitforge.toolchain.outputs import write_marker
+
     def design(folder: Path, text: str) -> Path:
         (folder / "rtl").mkdir(parents=True)
         (folder / "rtl" / "a.v").write_text(text)
+        write_marker(folder, "bench rtl")
         return folder
     dest = design(tmp_path / "dest", "module a; endmodule\n")
     (dest / "impl").mkdir()
@@ -264,6 +268,15 @@ def test_unchanged_design_folder_is_kept_with_its_caches(tmp_path):
     assert (dest / "impl").is_dir() and not (tmp_path / "new1").exists()
     assert bench_rtl._keep_or_replace(design(tmp_path / "new2", "module b; endmodule\n"), dest)
     assert not (dest / "impl").exists() and (dest / "rtl" / "a.v").read_text() == "module b; endmodule\n"
+
+    mine = tmp_path / "mine"  # a --work folder holding the user's files where a design folder would go
+    (mine / "notes.txt").parent.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    with pytest.raises(OutputError, match="bitforge did not write"):
+        bench_rtl._keep_or_replace(design(tmp_path / "new3", "module c; endmodule\n"), mine)
+    assert (mine / "notes.txt").read_text() == "keep"
+    assert bench_rtl._keep_or_replace(tmp_path / "new3", mine, force=True)
+    assert (mine / "rtl" / "a.v").read_text() == "module c; endmodule\n"
 
 
 # -- CLI ------------------------------------------------------------------------------------------------------------

@@ -73,7 +73,7 @@ def test_a_foreign_folder_is_refused_with_exit_2_and_left_intact(tmp_path, capsy
 
 
 @pytest.mark.parametrize("command", [["compile", "jet-mlp"], ["flow", "jet-mlp", "--target", "ecp5-85f"],
-                                     ["demo"], ["learn", "t1"]])
+                                     ["demo"], ["learn", "t1"], ["quantize", "smollm2", "--method", "rtn"]])
 def test_every_folder_writing_command_refuses_a_foreign_folder(tmp_path, capsys, monkeypatch, command):
     monkeypatch.chdir(tmp_path)
     before = user_files(tmp_path / "myproj")
@@ -163,6 +163,51 @@ def test_a_verification_failure_goes_to_out_failed_and_never_over_a_foreign_one(
     where = keep_failed(tmp_path / "staging", out)
     assert where == tmp_path / "o.failed-2" and (where / "evidence.txt").read_text() == "mismatch"
     assert snapshot(tmp_path / "o.failed") == user and (out / "result.txt").read_text() == "good"
+
+
+def _flow(tmp_path, monkeypatch, implement=None, simulate=None):
+    """run_flow on a 4-3-2 MLP with the long stages replaced: what OUT holds when they fail."""
+    from test_cli import float_mlp
+
+    from bitforge.toolchain.compiler import CompileOptions, run_flow
+    from bitforge.toolchain.flows import implement as implement_module
+    from bitforge.toolchain.verify import simulate as simulate_module
+
+    monkeypatch.setattr(implement_module, "implement", implement or (lambda out, target, **kw: {"status": "ok"}))
+    monkeypatch.setattr(simulate_module, "simulate", simulate or (lambda out, *a, **kw: {}))
+    opts = CompileOptions(to=("onnx", "rtl"), precision="w8a16", input_range=(-2, 2), vectors=200,
+                          target="ice40-up5k", reuse="auto")
+    return run_flow(str(float_mlp(tmp_path / "m.onnx")), tmp_path / "o", opts, "icarus", 100, 1)
+
+
+def test_a_flow_whose_tool_fails_still_puts_the_verified_design_in_place(tmp_path, monkeypatch):
+    from bitforge.toolchain.flows.tools import ToolFailed
+
+    def implement(out, target, **kw):
+        raise ToolFailed(f"nextpnr failed; full log: {out}/impl/pnr.log", Path(out) / "impl" / "pnr.log")
+
+    bitforge_output(tmp_path / "o", "old")
+    with pytest.raises(ToolFailed) as e:
+        _flow(tmp_path, monkeypatch, implement=implement)
+    assert f"full log: {tmp_path / 'o'}/impl/pnr.log" in str(e.value), "the message names OUT, not the temp folder"
+    assert e.value.log == tmp_path / "o" / "impl" / "pnr.log"
+    assert (tmp_path / "o" / "model.onnx").is_file() and not (tmp_path / "o" / "result.txt").exists()
+    assert leftovers(tmp_path) == []
+
+
+def test_a_flow_whose_simulation_disagrees_keeps_the_previous_output_and_writes_out_failed(tmp_path, monkeypatch):
+    from bitforge.toolchain.verify.simulators import SimulationFailed
+
+    def simulate(out, *a, **kw):
+        raise SimulationFailed(f"icarus: 3 mismatches (log: {out}/sim/icarus/build/sim.log)")
+
+    before = snapshot(bitforge_output(tmp_path / "o", "old"))
+    with pytest.raises(SimulationFailed) as e:
+        _flow(tmp_path, monkeypatch, simulate=simulate)
+    assert snapshot(tmp_path / "o") == before
+    assert (tmp_path / "o.failed" / "model.onnx").is_file()
+    assert f"{tmp_path / 'o.failed'}/sim/icarus" in str(e.value) and "artefacts are in" in str(e.value)
+    assert leftovers(tmp_path) == []
 
 
 # -- folders never written, --force or not ---------------------------------------------------------------------

@@ -19,10 +19,8 @@ from .stages import FOLDABLE, MULTIPLIES
 
 #: Share of the DSP blocks and of the LUTs that folded multipliers may take. DSP blocks sit in a few rows and
 #: every multiplier's operands and product must reach them, so a nearly full DSP row congests the fabric around
-#: it. Measured on jet-mlp, ECP5-85F (nextpnr-ecp5 0.8, 2 cores): at 0.9 (133 of 156 MULT18X18D, II 32) the
-#: legaliser spread the placement to 8x its solved wirelength, routing took 580 s and the flow 400 s of CPU,
-#: Fmax 54.6 MHz; at 0.5 (67, II 64) placement and routing took 174 s of CPU, Fmax 66.8 MHz. A user who wants
-#: the smaller II passes --reuse 32 and waits for the router.
+#: it: nextpnr takes longer and the clock closes lower (docs/rtl.md, "--reuse auto", has the commands that
+#: compare 0.5 with about 0.9 on jet-mlp / ECP5-85F). A user who wants the smaller II passes --reuse N.
 DSP_SHARE = 0.5
 LUT_SHARE = 0.15
 

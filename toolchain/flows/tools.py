@@ -1,6 +1,6 @@
 """Running the open-source FPGA tools from their pip wheels (YoWASP: WebAssembly builds, plus apycula).
 
-Three YoWASP quirks shape this module (see TOOLNOTES):
+Three YoWASP quirks shape this module (found by running the wheels):
 
 * the first call of each tool compiles its WebAssembly to machine code for seconds (nextpnr) to minutes
   (yosys) and caches it under ``YOWASP_CACHE_DIR``; :func:`is_warm` tells whether that already happened;

@@ -317,6 +317,8 @@ def _new_folder(real: Path) -> Path:
             return tmp
         except FileExistsError:
             continue
+        except OSError as e:
+            raise OutputError(f"cannot create a temporary folder beside {real}: {e.strerror}") from None
     raise OutputError(f"cannot create a temporary folder beside {real}")
 
 
@@ -405,7 +407,11 @@ def output_folder(out: PathLike, *, kind: str, force: bool = False, inputs: Sequ
     real = check_output(out, force=force, inputs=inputs, option=option)
     created = _make_parents(real.parent)
     clean_stale(real.parent)
-    tmp = _new_folder(real)
+    try:
+        tmp = _new_folder(real)
+    except BaseException:
+        _remove_empty(created)
+        raise
     try:
         write_marker(tmp, kind)
         yield tmp

@@ -22,7 +22,8 @@ from .errors import BitforgeError
 __all__ = [
     "Rounding", "Overflow", "FixedType", "FixedTypeError", "parse_type",
     "quantize", "to_float", "requantize", "add", "sub", "multiply", "shift", "accumulate",
-    "add_type", "mul_type", "accumulate_type", "clog2", "apply_overflow", "shift_round", "int_array", "out_of_range",
+    "add_type", "mul_type", "accumulate_type", "clog2", "signed_bits", "apply_overflow", "shift_round", "int_array",
+    "out_of_range",
 ]
 
 #: int64 is used while every intermediate fits in this many bits (one spare bit for sums).
@@ -392,6 +393,12 @@ def clog2(n: int) -> int:
     """ceil(log2(n)) without float rounding, 0 for n <= 1 (Verilog's $clog2): the bits a sum of ``n`` terms
     grows by, or the bits of an index over ``n`` things."""
     return (n - 1).bit_length() if n > 1 else 0
+
+
+def signed_bits(code: int) -> int:
+    """Width of the narrowest signed type whose code range holds ``code`` (1 for 0 and -1)."""
+    code = int(code)
+    return (code.bit_length() if code >= 0 else (-code - 1).bit_length()) + 1
 
 
 def accumulate_type(t: FixedType, n: int) -> FixedType:

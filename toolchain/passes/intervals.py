@@ -25,7 +25,7 @@ import numpy as np
 from .. import fixed
 from ..bspline import basis_table, cell_and_u
 from ..emulate import exact_matmul
-from ..fixed import FixedType, Overflow
+from ..fixed import FixedType, Overflow, signed_bits
 from ..ir import (
     Add,
     Dense,
@@ -125,12 +125,6 @@ def _compact(a: np.ndarray) -> np.ndarray:
     if a.size == 0 or max(abs(int(v)) for v in a.ravel()) < 2 ** 62:
         return np.asarray(a).astype(np.int64)
     return a
-
-
-def signed_bits(code: int) -> int:
-    """Width of the narrowest signed type whose code range holds ``code``."""
-    code = int(code)
-    return (code.bit_length() if code >= 0 else (-code - 1).bit_length()) + 1
 
 
 # -- casting an interval into a type ------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Iterable
 import jinja2
 
 from ...errors import BitforgeError
-from ...fixed import FixedType
+from ...fixed import FixedType, signed_bits
 from ...templating import environment
 
 
@@ -79,7 +79,7 @@ def packed_parameter(codes, width: int) -> str:
 def signed_width(v: int) -> int:
     """Bits of ``v`` as a two's complement number, at least 2 (a signed Verilog parameter of width 1 holds
     only 0 and -1)."""
-    return max(2, (v if v >= 0 else ~v).bit_length() + 1)
+    return max(2, signed_bits(v))
 
 
 def sign_extend(name: str, width: int, to: int) -> str:

@@ -6,7 +6,7 @@ file, node or option, what was expected and what to do).
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import shlex
 import signal
 import sys
@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Optional
 
 from .compiler import SIM_CYCLE_BUDGET
+from .cli_types import MAX_VECTORS, output_file, positive_float, repeat_count, seed, vector_count
 from .console import (console, error, examples, out_console, print_compile_summary, print_simulation, print_target,
-                      progress, result, table_console, warn)
+                      progress, result, table_console, verification_lines, warn)
 from .errors import is_user_error
 from .outputs import FORCE_HELP
 from .processes import signals_raise
@@ -29,6 +30,8 @@ def _parse_range(text: str) -> tuple[float, float]:
         lo, hi = (float(v) for v in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected LO,HI (two numbers), got {text!r}") from None
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise argparse.ArgumentTypeError(f"expected two finite numbers, got {text!r}")
     if not lo < hi:
         raise argparse.ArgumentTypeError(f"expected LO < HI, got {text!r}")
     return lo, hi
@@ -96,6 +99,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         return 0
     loaded = load_model(target)
     g, warnings = prepare(loaded, None) if args.precision else (loaded.graph, [])
+    checks = _verification(Path(target)) if Path(target).is_dir() else []
     t = Table(title=f"{g.name}: {len(g.nodes)} nodes, {g.parameter_count():,} parameters", title_justify="left")
     for col in ("node", "op", "shape", "type", "parameters"):
         t.add_column(col)
@@ -104,14 +108,22 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     out_console.print(t)
     out_console.print("inputs: " + ", ".join(f"{n} {g.tensors[n].shape} {g.tensors[n].type_str()}" for n in g.inputs))
     out_console.print("outputs: " + ", ".join(f"{n} {g.tensors[n].shape} {g.tensors[n].type_str()}" for n in g.outputs))
-    report = Path(target) / "report.json"
-    if report.is_file():
-        v = json.loads(report.read_text()).get("verification", {})
-        for k, r in v.items():
-            out_console.print(f"{k}: {r['vectors']:,} vectors, {r['mismatches']} mismatches")
+    for line in checks:
+        out_console.print(line)
     for w in warnings:
         warn(w.message)
     return 0
+
+
+def _verification(out: Path) -> list[str]:
+    from .report.file import ReportError, read_report
+
+    report = read_report(out)
+    try:
+        return verification_lines(report)
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        raise ReportError(f"{out / 'report.json'}: the verification section is not what bitforge writes "
+                          f"({type(e).__name__}: {e}); compile the model into {out} again") from None
 
 
 # -- demo ------------------------------------------------------------------------------------------
@@ -295,8 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--input-range", type=_parse_range, metavar="LO,HI",
                    help="range of the model's inputs (used to choose types and verification vectors), e.g. "
                         "--input-range=-4,4")
-    c.add_argument("--vectors", type=int, default=10_000, help="verification vectors (default 10000)")
-    c.add_argument("--seed", type=int, default=0, help="seed for recipes and vectors (default 0)")
+    c.add_argument("--vectors", type=vector_count, default=10_000,
+                   help=f"verification vectors, 1 to {MAX_VECTORS:,} (default 10000)")
+    c.add_argument("--seed", type=seed, default=0, help="seed for recipes and vectors, 0 to 2**32-1 (default 0)")
     c.set_defaults(func=cmd_compile)
 
     e = sub.add_parser("emulate", formatter_class=fmt, help="run the bit-exact golden model on a .npy batch",
@@ -335,8 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
                         """))
     sm.add_argument("out", metavar="OUT")
     sm.add_argument("--simulator", default="both", choices=["icarus", "verilator", "both"])
-    sm.add_argument("--vectors", type=int, default=2000)
-    sm.add_argument("--seed", type=int, default=0)
+    sm.add_argument("--vectors", type=vector_count, default=2000, help="vectors per simulator (default 2000)")
+    sm.add_argument("--seed", type=seed, default=0, help="seed of the vectors and the stalls (default 0)")
     sm.set_defaults(func=cmd_simulate)
 
     im = sub.add_parser("implement", formatter_class=fmt, help="synthesise, place and route, write a bitstream",
@@ -350,8 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
                         """))
     im.add_argument("out", metavar="OUT")
     im.add_argument("--target", required=True, metavar="T")
-    im.add_argument("--clock", type=float, metavar="MHZ", help="clock constraint (default: the target's)")
-    im.add_argument("--seed", type=int, default=1, help="place-and-route seed (default 1)")
+    im.add_argument("--clock", type=positive_float, metavar="MHZ", help="clock constraint (default: the target's)")
+    im.add_argument("--seed", type=seed, default=1, help="place-and-route seed (default 1)")
     im.set_defaults(func=cmd_implement)
 
     fl = sub.add_parser("flow", formatter_class=fmt, help="compile + simulate + implement in one go",
@@ -367,13 +380,13 @@ def build_parser() -> argparse.ArgumentParser:
     fl.add_argument("--force", action="store_true", help=FORCE_HELP)
     fl.add_argument("--precision", metavar="SPEC")
     fl.add_argument("--input-range", type=_parse_range, metavar="LO,HI")
-    fl.add_argument("--vectors", type=int, default=10_000, help="ONNX verification vectors")
+    fl.add_argument("--vectors", type=vector_count, default=10_000, help="ONNX verification vectors (default 10000)")
     fl.add_argument("--simulator", default="both", choices=["icarus", "verilator", "both", "none"])
-    fl.add_argument("--sim-vectors", type=int, default=None,
+    fl.add_argument("--sim-vectors", type=vector_count, default=None,
                     help="RTL verification vectors per simulator (default 2000; a folded design with II > 16 gets "
                          f"{SIM_CYCLE_BUDGET:,} / II, at least 250)")
-    fl.add_argument("--seed", type=int, default=0, help="seed for recipes and verification vectors (default 0)")
-    fl.add_argument("--pnr-seed", type=int, default=1, help="place-and-route seed (default 1)")
+    fl.add_argument("--seed", type=seed, default=0, help="seed for recipes and verification vectors (default 0)")
+    fl.add_argument("--pnr-seed", type=seed, default=1, help="place-and-route seed (default 1)")
     _add_rtl_options(fl, default_reuse="auto")
     fl.set_defaults(func=cmd_flow)
 
@@ -412,7 +425,7 @@ def _add_bench_commands(sub, fmt) -> None:
     def suite(name: str, func, help_text: str, description: str, example: str) -> argparse.ArgumentParser:
         s = suites.add_parser(name, formatter_class=fmt, help=help_text, description=description,
                               epilog=examples(example))
-        s.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+        s.add_argument("--json", type=output_file, metavar="FILE", help="also write the results as JSON")
         s.set_defaults(func=func)
         return s
 
@@ -421,8 +434,8 @@ def _add_bench_commands(sub, fmt) -> None:
               "run (median of --repeats timed runs after a warm-up).",
               "bitforge bench emulate --json bench-emulate.json\nbitforge bench emulate --model kan-tracker --batch 1000")
     e.add_argument("--model", default="jet-mlp", help="recipe or model file (default jet-mlp)")
-    e.add_argument("--batch", type=int, default=10_000, help="samples per timed run (default 10000)")
-    e.add_argument("--repeats", type=int, default=7, help="timed runs, the median is reported (default 7)")
+    e.add_argument("--batch", type=vector_count, default=10_000, help="samples per timed run (default 10000)")
+    e.add_argument("--repeats", type=repeat_count, default=7, help="timed runs, the median is reported (default 7)")
 
     from .bench.rtl import add_arguments as add_rtl_arguments
     add_rtl_arguments(suite(

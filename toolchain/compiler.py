@@ -52,6 +52,19 @@ class CompileOptions:
             raise CompileError(f"unknown backend(s) {', '.join(unknown)}; available: {', '.join(BACKENDS)}")
         if self.vectors < 1:
             raise CompileError(f"--vectors must be at least 1, got {self.vectors}")
+        if not 0 <= self.seed < 2**32:
+            raise CompileError(f"--seed must be from 0 to 2**32-1, got {self.seed}")
+        # RTL-only options are refused without the RTL backend rather than silently ignored.
+        if "rtl" not in self.to and (self.target is not None or self.reuse != 1):
+            given = [f for f, v in (("--target", self.target), ("--reuse", self.reuse != 1)) if v]
+            raise CompileError(f"{' and '.join(given)} only appl{'y' if len(given) > 1 else 'ies'} to the RTL "
+                               f"backend; add --to rtl (or drop {' and '.join(given)})")
+        if self.target is not None:
+            from .flows.targets import get_target
+            get_target(self.target)  # an unknown name fails here, before the model is loaded
+        elif self.reuse == "auto":
+            raise CompileError("--reuse auto chooses each layer's reuse to fit a device: add --target T "
+                               "(e.g. --target ecp5-85f)")
 
 
 @dataclass

@@ -85,8 +85,32 @@ def print_compile_summary(report: dict, out: Path) -> None:
         warn(w)
     v = report["verification"].get("golden_vs_onnxruntime")
     if v:
-        kind = "bit-exact" if v["exact"] else f"within rtol {v['tolerance']['rtol']}"
-        result(f"golden model vs ONNX Runtime: {v['vectors']:,} vectors, {v['mismatches']} mismatches ({kind})")
+        result(onnx_verification_line(v))
+
+
+def onnx_verification_line(v: dict) -> str:
+    """What the ONNX check compared, so that "0 mismatches" is not read as a statement about accuracy: the golden
+    model and ONNX Runtime both run bitforge's own export of the same compiled model."""
+    kind = "bit-exact" if v["exact"] else f"within rtol {v['tolerance']['rtol']}"
+    return (f"golden model vs ONNX Runtime running bitforge's own ONNX export: {v['vectors']:,} vectors, "
+            f"{v['mismatches']} mismatches ({kind} agreement between two executors of the same compiled model, "
+            "not accuracy)")
+
+
+def verification_lines(report: dict) -> list[str]:
+    """One line per check in a report's ``verification`` section (``bitforge inspect OUT``); raises KeyError or
+    TypeError when the section is not what bitforge writes."""
+    lines = []
+    for name, v in report.get("verification", {}).items():
+        if name == "golden_vs_onnxruntime":
+            lines.append(onnx_verification_line(v))
+        elif name in ("golden_vs_rtl", "golden_vs_netlist"):
+            what = "RTL" if name == "golden_vs_rtl" else "netlist"
+            lines += [f"golden model vs {what} ({k}): {r['vectors']:,} vectors, {r['mismatches']} mismatches"
+                      for k, r in v.items()]
+        else:
+            lines.append(f"{name}: {v['vectors']:,} vectors, {v['mismatches']} mismatches")
+    return lines
 
 
 def print_simulation(sim: str, r: dict) -> None:

@@ -343,6 +343,23 @@ def _parse_dtype(text: str, where: str) -> DType:
 
 
 def from_json(doc: dict, arrays: dict[str, np.ndarray], source: str = "model.json") -> Graph:
+    """The graph that ``doc`` (``model.json``) and ``arrays`` (``weights.safetensors``) describe, checked by
+    :func:`validate`: a file edited by hand or truncated fails here with its name, not later in a backend."""
+    if not isinstance(doc, dict):
+        raise IRError(f"{source}: expected a JSON object (a bitforge IR file), found a {type(doc).__name__}; "
+                      "compile the model again")
+    g = None
+    try:
+        g = _graph_from_json(doc, arrays, source)
+        return validate(g)
+    except IRError as e:
+        raise (e if g is None else IRError(f"{source}: {e}; compile the model again")) from None
+    except (KeyError, TypeError, AttributeError, ValueError, IndexError) as e:
+        what = f"missing field {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
+        raise IRError(f"{source}: malformed bitforge IR file ({what}); compile the model again") from None
+
+
+def _graph_from_json(doc: dict, arrays: dict[str, np.ndarray], source: str) -> Graph:
     if doc.get("format") != FORMAT:
         raise IRError(f"{source}: not a bitforge IR file (format field is {doc.get('format')!r}, expected {FORMAT!r})")
     if doc.get("version") != VERSION:
@@ -381,9 +398,11 @@ def load(folder: Union[str, os.PathLike]) -> Graph:
             raise IRError(f"{p}: missing; expected a bitforge output folder with model.json and weights.safetensors "
                           "(made by 'bitforge compile')")
     try:
-        doc = json.loads(mj.read_text())
-    except json.JSONDecodeError as e:
-        raise IRError(f"{mj}: not valid JSON ({e})") from None
+        doc = json.loads(mj.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise IRError(f"{mj}: not valid JSON ({e}); compile the model again") from None
+    except OSError as e:
+        raise IRError(f"{mj}: cannot read ({e.strerror or e})") from None
     try:
         arrays = load_file(str(wf))
     except Exception as e:  # safetensors raises its own error types for truncated files

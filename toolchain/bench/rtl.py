@@ -393,14 +393,16 @@ def write_json(result: BenchResult, path: Path) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``bench rtl`` options."""
+    from ..cli_types import positive_float
+
     p.add_argument("--designs", metavar="A,B", help=f"designs to run, comma-separated (default all: "
                    f"{', '.join(DESIGNS)})")
     p.add_argument("--targets", metavar="T,U", help=f"targets (default {','.join(TARGETS)})")
     p.add_argument("--work", default="out/bench-rtl", metavar="DIR",
                    help="folder for the designs and flow caches (default out/bench-rtl; reruns reuse it)")
-    p.add_argument("--latency-cutoff", type=float, metavar="D",
+    p.add_argument("--latency-cutoff", type=positive_float, metavar="D",
                    help="da4ml's pipelining cutoff in its adder-delay units (default 5, its documented example)")
-    p.add_argument("--clock", type=float, metavar="MHZ", help="P&R clock constraint (default: each target's)")
+    p.add_argument("--clock", type=positive_float, metavar="MHZ", help="P&R clock constraint (default: each target's)")
     p.add_argument("--no-pnr", action="store_true",
                    help="synthesis numbers only on ecp5 (no nextpnr, no Fmax): routing a fully parallel design "
                         "of ~25k LUTs took over 20 minutes on 2 cores")

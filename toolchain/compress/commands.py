@@ -15,6 +15,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
+from ..cli_types import non_negative_int, output_file, positive_float, positive_int, seed
 from ..console import console, counted_progress, examples, out_console, progress, table_console
 from ..errors import BitforgeError
 from ..outputs import FORCE_HELP
@@ -55,12 +56,12 @@ def _add_text_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--text", default=DEFAULT_TEXT, metavar="FILE",
                    help=f"UTF-8 text for calibration and evaluation (default {DEFAULT_TEXT}: CPython's documentation "
                         "topics, offline); the first 25%% of its tokens evaluate, the rest calibrate")
-    p.add_argument("--ctx", type=int, default=DEFAULT_CTX, help=f"tokens per chunk (default {DEFAULT_CTX})")
-    p.add_argument("--eval-chunks", type=int, default=DEFAULT_EVAL_CHUNKS,
+    p.add_argument("--ctx", type=positive_int, default=DEFAULT_CTX, help=f"tokens per chunk (default {DEFAULT_CTX})")
+    p.add_argument("--eval-chunks", type=positive_int, default=DEFAULT_EVAL_CHUNKS,
                    help=f"perplexity chunks of --ctx tokens, with --eval (default {DEFAULT_EVAL_CHUNKS})")
-    p.add_argument("--calib-chunks", type=int, default=DEFAULT_CALIB_CHUNKS,
+    p.add_argument("--calib-chunks", type=positive_int, default=DEFAULT_CALIB_CHUNKS,
                    help=f"calibration chunks of --ctx tokens (default {DEFAULT_CALIB_CHUNKS})")
-    p.add_argument("--batch-size", type=int, default=4, help="chunks per forward pass (default 4)")
+    p.add_argument("--batch-size", type=positive_int, default=4, help="chunks per forward pass (default 4)")
 
 
 def _text_config(args):
@@ -234,14 +235,15 @@ def add_commands(subparsers, formatter_class) -> None:
         """))
     q.add_argument("model", metavar="MODEL")
     q.add_argument("--method", required=True, metavar="M", help="compression method (an unknown name lists them)")
-    q.add_argument("--bits", type=int, default=4, help="bits per code (default 4)")
+    q.add_argument("--bits", type=positive_int, default=4, help="bits per code (default 4)")
     q.add_argument("--group", type=parse_group, default=64, metavar="G|none",
                    help="group size along the input dimension, or 'none' for per-channel (default 64)")
-    q.add_argument("--rank", type=int, default=0, help="low-rank methods: rank (default 0)")
-    q.add_argument("--bpw", type=float, metavar="X", help="budget-driven methods (littlebit2): bits per weight")
+    q.add_argument("--rank", type=non_negative_int, default=0, help="low-rank methods: rank (default 0)")
+    q.add_argument("--bpw", type=positive_float, metavar="X",
+                   help="budget-driven methods (littlebit2): bits per weight")
     q.add_argument("--option", action="append", type=_parse_option, metavar="KEY=VALUE",
                    help="method-specific option, repeatable (value parsed as JSON when it can be)")
-    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--seed", type=seed, default=0)
     q.add_argument("--statistics", choices=list(STATISTICS), default="sequential",
                    help="sequential (default): block by block, each block calibrated on the outputs of the "
                         "compressed blocks before it (a float statistics pass and a compressed forward per block, "
@@ -249,12 +251,13 @@ def add_commands(subparsers, formatter_class) -> None:
                         "linears before it, one block forward over all calibration chunks at once (one block forward "
                         "per block instead of about 1.75; holds all their activations); float: on the float model's activations")
     _add_text_arguments(q)
-    q.add_argument("--distill-steps", type=int, default=0, metavar="N",
+    q.add_argument("--distill-steps", type=non_negative_int, default=0, metavar="N",
                    help="littlebit2: after the post-training fit, N steps of distillation from the model as loaded "
                         "on the calibration chunks (KL of the next-token distributions; default 0: none)")
-    q.add_argument("--distill-lr", type=float, default=1e-2, metavar="LR",
+    q.add_argument("--distill-lr", type=positive_float, default=1e-2, metavar="LR",
                    help="distillation: Adam step on the log-scales (default 0.01)")
-    q.add_argument("--distill-batch", type=int, default=1, metavar="N", help="distillation: chunks per step (default 1)")
+    q.add_argument("--distill-batch", type=positive_int, default=1, metavar="N",
+                   help="distillation: chunks per step (default 1)")
     q.add_argument("--eval", action="store_true", help="also measure perplexity and store it in the manifest")
     q.add_argument("-o", "--output", required=True, metavar="OUT", help="output folder (replaced atomically)")
     q.add_argument("--force", action="store_true", help=FORCE_HELP)
@@ -272,18 +275,20 @@ def add_commands(subparsers, formatter_class) -> None:
         """))
     e.add_argument("target", metavar="OUT|MODEL")
     e.add_argument("--text", metavar="FILE", help="text (default: the checkpoint's, else pydoc_data.topics)")
-    e.add_argument("--ctx", type=int, help="tokens per chunk (default: the checkpoint's, else 512)")
-    e.add_argument("--eval-chunks", type=int, help="chunks (default: the checkpoint's, else 8)")
-    e.add_argument("--batch-size", type=int, default=2, help="chunks per forward pass (default 2)")
-    e.add_argument("--json", metavar="FILE", help="write the result as JSON")
+    e.add_argument("--ctx", type=positive_int, help="tokens per chunk (default: the checkpoint's, else 512)")
+    e.add_argument("--eval-chunks", type=positive_int, help="chunks (default: the checkpoint's, else 8)")
+    e.add_argument("--batch-size", type=positive_int, default=2, help="chunks per forward pass (default 2)")
+    e.add_argument("--json", type=output_file, metavar="FILE", help="write the result as JSON")
     e.set_defaults(func=cmd_eval_ppl)
 
 
 def _add_lm_arguments(p: argparse.ArgumentParser) -> None:
     """The language model and its text: shared by ``bench compress`` and ``bench neuqi``."""
     p.add_argument("--lm", default="smollm2", metavar="MODEL", help="language model (default smollm2)")
-    p.add_argument("--calib-chunks", type=int, metavar="N", help="calibration chunks (default 16, compress --quick 4)")
-    p.add_argument("--ctx", type=int, default=DEFAULT_CTX, metavar="N", help=f"tokens per chunk (default {DEFAULT_CTX})")
+    p.add_argument("--calib-chunks", type=positive_int, metavar="N",
+                   help="calibration chunks (default 16, compress --quick 4)")
+    p.add_argument("--ctx", type=positive_int, default=DEFAULT_CTX, metavar="N",
+                   help=f"tokens per chunk (default {DEFAULT_CTX})")
     p.add_argument("--text", default=DEFAULT_TEXT, metavar="FILE", help=f"text (default {DEFAULT_TEXT})")
 
 
@@ -299,7 +304,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    help="one setting per method at 3 bits and 4 calibration chunks (minutes, not an hour)")
     p.add_argument("--plot", default=DEFAULT_PLOT, metavar="PNG",
                    help=f"perplexity-vs-bits plot (default {DEFAULT_PLOT})")
-    p.add_argument("--eval-chunks", type=int, default=DEFAULT_EVAL_CHUNKS, metavar="N",
+    p.add_argument("--eval-chunks", type=positive_int, default=DEFAULT_EVAL_CHUNKS, metavar="N",
                    help=f"perplexity chunks (default {DEFAULT_EVAL_CHUNKS})")
     p.add_argument("--statistics", choices=list(STATISTICS), default="sequential",
                    help="sequential (default): each method recalibrates block by block on the compressed "

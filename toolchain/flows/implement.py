@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from ..errors import BitforgeError
-from ..report.file import update_report
+from ..report.file import read_report, update_report
 from .cache import StageCache, StageNotCached, write_atomic
 from .constraints import clock_port, gowin_cst
 from .nextpnr import place_and_route
@@ -52,9 +52,13 @@ def read_manifest(out: Path) -> Manifest:
     if not path.is_file():
         raise ManifestError(f"{path}: missing; generate the RTL first (bitforge compile MODEL -o {out} --to rtl)")
     try:
-        m = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ManifestError(f"{path}: not valid JSON ({e})") from None
+        m = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ManifestError(f"{path}: not valid JSON ({e}); generate the RTL again (bitforge compile MODEL -o {out} "
+                            "--to rtl)") from None
+    if not isinstance(m, dict):
+        raise ManifestError(f"{path}: expected a JSON object, found a {type(m).__name__}; generate the RTL again "
+                            f"(bitforge compile MODEL -o {out} --to rtl)")
     top = m.get("board_top") or m.get("top")  # the RTL backend names the core 'top' and its board wrapper 'board_top'
     if not isinstance(top, str) or not top:
         raise ManifestError(f"{path}: expected 'top' (or 'board_top'), the name of the board-level top module")
@@ -92,6 +96,7 @@ def implement(out: Path, target: str, *, seed: int = 1, clock_mhz: Optional[floa
     clock = clock_mhz if clock_mhz is not None else manifest.clock_mhz or t.default_clock_mhz
     if not (isinstance(clock, (int, float)) and math.isfinite(clock) and clock > 0):
         raise BitforgeError(f"clock must be a positive number of MHz, got {clock!r}")
+    read_report(out)  # a damaged report.json fails now, not after place and route
     work = out / "impl" / t.name
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

@@ -28,6 +28,7 @@ from .. import fixed, ir
 from ..bspline import BASIS_IMPLS, index_params
 from ..errors import BitforgeError
 from ..fixed import FixedType, Overflow
+from ..weight_codes import WEIGHT_CODES_KEY, weight_code_counts
 from .pt2_archive import ArchiveError, logged_cause, quiet_torch_export_logs, read_archive
 
 __all__ = ["FrontendError", "from_torch", "load_pt2", "from_exported", "DEFAULT_BASIS_TYPE",
@@ -159,6 +160,7 @@ class _Converter:
     env: dict[torch.fx.Node, Value] = field(default_factory=dict)
     done: set = field(default_factory=set)
     used: set = field(default_factory=set)
+    weight_codes: dict = field(default_factory=dict)  # metadata[WEIGHT_CODES_KEY]: weights the types zeroed or clipped
 
     # -- plumbing ----------------------------------------------------------------------------------
     def run(self) -> ir.Graph:
@@ -180,7 +182,16 @@ class _Converter:
                     self._call(node)
             else:
                 raise FrontendError(f"{_where(node)}: unexpected fx node kind '{node.op}' in the exported program")
-        return ir.Graph(self.name, self.inputs, outputs, self.tensors, self.nodes)
+        g = ir.Graph(self.name, self.inputs, outputs, self.tensors, self.nodes)
+        if self.weight_codes:
+            g.metadata[WEIGHT_CODES_KEY] = self.weight_codes
+        return g
+
+    def _weight(self, c: Const, where: str, key: str) -> np.ndarray:
+        """The codes of a fake-quantized weight, counting what its type zeroed or saturated (``key`` node.field)."""
+        codes = _codes(c, where)
+        self.weight_codes[key] = weight_code_counts(c.values, codes, c.dtype)
+        return codes
 
     def _placeholder(self, node: torch.fx.Node, spec, state: dict) -> None:
         kind = spec.kind.name
@@ -335,7 +346,7 @@ class _Converter:
         if quant is None:
             raise FrontendError(f"{where}: fixed-point linear layer has no output type; give the module an "
                                 "output type (QuantLinear output_type, LowRankLinear mid_type/output_type)")
-        dense = ir.Dense(name, (x.name,), (name,), weight=_codes(w, where),
+        dense = ir.Dense(name, (x.name,), (name,), weight=self._weight(w, where, f"{name}.weight"),
                          bias=None if b is None else _codes(b, where), weight_type=w.dtype,
                          bias_type=None if b is None else b.dtype)
         spec = ir.TensorSpec(name, self._shape(node), fixed_type_of(quant))
@@ -404,6 +415,9 @@ class _Converter:
                                  v_type=v.weight_type, bias_type=u.bias_type, mid_type=mid.dtype)
         old = self.tensors.pop(u.output)
         self.tensors[name] = ir.TensorSpec(name, old.shape, old.dtype)
+        for part, stage in (("v", v), ("u", u)):
+            if f"{stage.name}.weight" in self.weight_codes:
+                self.weight_codes[f"{name}.{part}"] = self.weight_codes.pop(f"{stage.name}.weight")
         self.nodes[start:start + 2] = [merged]
         for n in self.nodes[start + 1:]:
             n.inputs = tuple(name if t == u.output else t for t in n.inputs)
@@ -460,7 +474,8 @@ class _Converter:
                                 "layer")
         basis_type = basis_type or DEFAULT_BASIS_TYPE
         index_lo, mult, shift, u_bits = index_params(lo, hi, grid_size, x.dtype)
-        node = ir.KANLayer(name, (x.name,), (name,), coeffs=_codes(coeffs, where), grid_lo=lo, grid_hi=hi,
+        node = ir.KANLayer(name, (x.name,), (name,), coeffs=self._weight(coeffs, where, f"{name}.coeffs"),
+                           grid_lo=lo, grid_hi=hi,
                            grid_size=grid_size, order=order, coeff_type=coeff_type, basis_type=basis_type,
                            u_bits=u_bits, index_lo=index_lo, index_mult=mult, index_shift=shift,
                            basis_impl=basis_impl)

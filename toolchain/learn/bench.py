@@ -509,6 +509,8 @@ def tables(res: OnlineBenchResult):
 
 def add_arguments(p) -> None:
     """The ``bench online`` options."""
+    from ..cli_types import positive_int, positive_int_list, seed
+
     p.add_argument("--targets", metavar="T,U", help=f"hardware section's targets (default {','.join(HW_TARGETS)})")
     p.add_argument("--online-work", default="out/bench-online", metavar="DIR",
                    help="folder for the designs, flow caches and PNGs (default out/bench-online)")
@@ -523,15 +525,15 @@ def add_arguments(p) -> None:
     p.add_argument("--cached-flows", action="store_true",
                    help="only reuse finished flows (their caches under the work folder); a design whose "
                         "flow has not run yet is listed as 'not run' instead of started (to redraw the tables)")
-    p.add_argument("--t5-episodes", type=int, default=3000, metavar="N",
+    p.add_argument("--t5-episodes", type=positive_int, default=3000, metavar="N",
                    help="T5's episode cap per run (default 3000; each run stops once solved)")
-    p.add_argument("--kan-grids", default=",".join(map(str, KAN_GRIDS)), metavar="G,G",
+    p.add_argument("--kan-grids", type=positive_int_list, default=KAN_GRIDS, metavar="G,G",
                    help="the scaling sweep's KAN grid sizes (a narrowed list leaves out the >50k-parameter "
                         "learner unless 'big' is among --online-parts)")
-    p.add_argument("--pnr-seed", type=int, default=1, metavar="N",
+    p.add_argument("--pnr-seed", type=seed, default=1, metavar="N",
                    help="nextpnr seed of every flow this run starts (default 1; another one when router2 "
                         "stalls on a design); recorded per hardware row")
-    p.add_argument("--mlp-widths", default=",".join(map(str, MLP_WIDTHS)), metavar="W,W",
+    p.add_argument("--mlp-widths", type=positive_int_list, default=MLP_WIDTHS, metavar="W,W",
                    help="the scaling sweep's MLP hidden widths")
     p.add_argument("--kan-targets", default=",".join(HW_TARGETS), metavar="T,U",
                    help="targets of the KAN scaling sweep (ecp5-85f also adds the >50k-parameter learner, "
@@ -555,12 +557,12 @@ def options_from_args(args) -> OnlineBenchOptions:
     kan_targets = target_list(args.kan_targets)
     # The >50k-parameter learner is an ecp5-85f point: part of the full KAN sweep on that target (a narrowed
     # --kan-grids, e.g. one point again with another --pnr-seed, leaves it out).
-    kan_grids = tuple(int(v) for v in args.kan_grids.split(",") if v.strip())
+    kan_grids = tuple(args.kan_grids)
     big = "big" in parts or ("scaling" in parts and "ecp5-85f" in kan_targets and kan_grids == KAN_GRIDS)
     return OnlineBenchOptions(work=Path(args.online_work), accuracy="accuracy" in parts, t5="t5" in parts, hardware="hardware" in parts,
                               scaling="scaling" in parts, big=big,
                               kan_grids=kan_grids,
-                              mlp_widths=tuple(int(v) for v in args.mlp_widths.split(",")),
+                              mlp_widths=tuple(args.mlp_widths),
                               mlp_targets=target_list(args.mlp_targets), kan_targets=kan_targets,
                               targets=targets, t5_episodes=args.t5_episodes, cached_flows=args.cached_flows,
                               pnr_seed=args.pnr_seed)

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Union
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Optional
 
+from .. import fixed
 from ..fixed import FixedType, Overflow, Rounding
 from ..ir import Dense, Graph, IRError, KANLayer, LowRankDense, Node
+from ..weight_codes import WEIGHT_CODES_KEY
 from .intervals import (
     Bounds,
     InputRange,
@@ -26,7 +29,8 @@ from .intervals import (
     signed_bits,
 )
 
-__all__ = ["SaturationWarning", "PrecisionError", "accumulator_type", "infer_precision", "check_precision"]
+__all__ = ["SaturationWarning", "WeightCodeWarning", "PrecisionError", "accumulator_type", "infer_precision",
+           "check_precision", "weight_code_warnings", "ZEROED_SHARE", "SATURATED_SHARE"]
 
 #: Accumulator fields of each layer op, in the order their stages appear.
 ACCUMULATORS = {Dense: ("accum_type",), KANLayer: ("accum_type",), LowRankDense: ("accum_v_type", "accum_type")}
@@ -123,8 +127,10 @@ def _summary(n: Node, stages: list[Stage]) -> dict:
     return row
 
 
-def check_precision(g: Graph, input_range: Optional[InputRange] = None) -> list[SaturationWarning]:
-    """Every typed cast where saturation or wrap-around can happen for inputs inside the range.
+def check_precision(g: Graph, input_range: Optional[InputRange] = None
+                    ) -> list[Union[SaturationWarning, "WeightCodeWarning"]]:
+    """Every typed cast where saturation or wrap-around can happen for inputs inside the range, then every layer
+    whose weights lost too much when they became codes (:func:`weight_code_warnings`).
 
     Accumulators left unset (to be inferred) are not reported. An empty list proves that no type in
     the graph is too narrow for the values that reach it.
@@ -133,7 +139,60 @@ def check_precision(g: Graph, input_range: Optional[InputRange] = None) -> list[
         input_range = g.metadata.get("input_range")
     where_from = (f"inputs in {input_range}" if input_range is not None
                   else "inputs anywhere in their types' ranges")
-    return [_warning(g, s, where_from) for s in analyze(g, input_range).stages if s.overflow and s.dtype is not None]
+    casts = [_warning(g, s, where_from) for s in analyze(g, input_range).stages if s.overflow and s.dtype is not None]
+    return casts + weight_code_warnings(g)
+
+
+# -- weights that quantization zeroed or saturated ------------------------------------------------------------
+
+#: Warn when more than this share of a layer's non-zero weights become 0. Gaussian weights under a width-only
+#: type (integer bits fitted to the layer's extremes) lose 1-2 % at 8 bits, 23-38 % at 4 bits and 37-68 % at
+#: 3 bits (1,024 and 65,536 weights; tests/test_precision.py measures it): past one half, the LSB is coarser than
+#: most weights, which is what an explicit type with too many integer bits or one outlier weight does.
+ZEROED_SHARE = 0.5
+#: Warn when more than this share of a layer's weights saturate: clipping a few outliers is what quantization-aware
+#: training does on purpose, clipping more than 1 % cuts into the distribution itself.
+SATURATED_SHARE = 0.01
+
+
+@dataclass(frozen=True)
+class WeightCodeWarning:
+    """A weight array that its type turned into mostly zeros, or saturated in part; ``counts`` is its entry of
+    ``metadata[WEIGHT_CODES_KEY]`` (:func:`bitforge.toolchain.weight_codes.weight_code_counts`)."""
+
+    node: str
+    field: str
+    counts: dict
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def weight_code_warnings(g: Graph) -> list[WeightCodeWarning]:
+    """One warning per weight array in ``metadata[WEIGHT_CODES_KEY]`` past :data:`ZEROED_SHARE` zeroed or
+    :data:`SATURATED_SHARE` saturated, with the counts."""
+    out = []
+    for key, c in (g.metadata.get(WEIGHT_CODES_KEY) or {}).items():
+        node, _, field = key.rpartition(".")
+        try:
+            what = g.node(node).describe()
+        except IRError:
+            what = f"node '{node}'"
+        t = c["type"]
+        if c["nonzero"] and c["zeroed"] > ZEROED_SHARE * c["nonzero"]:
+            lsb = 2.0 ** -fixed.parse_type(t).frac
+            out.append(WeightCodeWarning(node, field, c, (
+                f"{what}: quantizing '{field}' to {t} turns {c['zeroed']:,} of its {c['nonzero']:,} non-zero weights "
+                f"({c['zeroed'] / c['nonzero']:.0%}) into 0: the type's LSB {lsb:g} is coarser than most weights "
+                f"(largest |weight| {c['max_abs']:g}); give it fewer integer bits or more width, or remove the "
+                "outlier weights that set a width-only type's range")))
+        if c["values"] and c["saturated"] > SATURATED_SHARE * c["values"]:
+            out.append(WeightCodeWarning(node, field, c, (
+                f"{what}: quantizing '{field}' to {t} saturates {c['saturated']:,} of its {c['values']:,} weights "
+                f"({c['saturated'] / c['values']:.0%}; largest |weight| {c['max_abs']:g}); give the type more "
+                "integer bits")))
+    return out
 
 
 _CONSEQUENCE = {Overflow.WRAP: "wrap around (silently wrong results)", Overflow.SAT: "saturate",

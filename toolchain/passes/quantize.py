@@ -55,6 +55,7 @@ from ..ir import (
     TensorSpec,
     validate,
 )
+from ..weight_codes import WEIGHT_CODES_KEY, weight_code_counts
 from .intervals import Bounds, Stage, input_bounds, node_stages, round_to_code
 from .precision import infer_precision
 
@@ -461,9 +462,24 @@ def quantize_graph(g: Graph, spec: Union[PrecisionSpec, str], calibration=None) 
         # A declared input range is a promise, so it beats calibration for the quantizer.
         b.add(Quantize(q_name, (name,), (q_tensor,)), name, proven=b.declared)
         renamed[name] = q_tensor
+    counts = {}
     for n in g.nodes:
         n = dataclasses.replace(n, inputs=tuple(renamed.get(t, t) for t in n.inputs))
-        b.add(_quantize_layer(n, spec, b.tensors[n.input].dtype), n.name)
+        q = _quantize_layer(n, spec, b.tensors[n.input].dtype)
+        counts.update(_weight_counts(n, q))
+        b.add(q, n.name)
     out = infer_precision(b.graph())
     out.metadata["quantization"] = {"spec": str(spec), "activation_ranges": _range_source(calibration)}
+    out.metadata[WEIGHT_CODES_KEY] = counts  # check_precision warns from these (zeroed or saturated weights)
     return validate(out)
+
+
+#: The weight arrays of each layer op and their type fields.
+_WEIGHT_FIELDS = {Dense: (("weight", "weight_type"),), LowRankDense: (("u", "u_type"), ("v", "v_type")),
+                  KANLayer: (("coeffs", "coeff_type"),)}
+
+
+def _weight_counts(float_node: Node, q: Node) -> dict[str, dict]:
+    """``{"<node>.<field>": weight_code_counts(...)}`` for each weight array of a layer the pass quantized."""
+    return {f"{q.name}.{field}": weight_code_counts(getattr(float_node, field), getattr(q, field), getattr(q, tf))
+            for field, tf in _WEIGHT_FIELDS.get(type(q), ()) if getattr(q, tf, None) is not None}

@@ -13,6 +13,29 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+from ..errors import BitforgeError
+
+
+class ReportError(BitforgeError):
+    """A ``report.json`` that is not the JSON object bitforge writes (edited by hand, truncated)."""
+
+
+def read_report(out: Path) -> dict:
+    """``OUT/report.json`` ({} when there is none). Commands that add to it call this before their long work, so a
+    damaged report stops them at once rather than after minutes of simulation or place and route."""
+    path = Path(out) / "report.json"
+    if not path.is_file():
+        return {}
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ReportError(f"{path}: not valid JSON ({e}); compile the model into OUT again, or delete the file "
+                          "to start a new report") from None
+    if not isinstance(report, dict):
+        raise ReportError(f"{path}: expected a JSON object, found a {type(report).__name__}; compile the model into "
+                          "OUT again, or delete the file to start a new report")
+    return report
+
 
 @contextmanager
 def report_lock(out: Path) -> Iterator[None]:
@@ -29,7 +52,7 @@ def update_report(out: Path, change: Callable[[dict], None]) -> dict:
     out = Path(out)
     path = out / "report.json"
     with report_lock(out):
-        report = json.loads(path.read_text()) if path.is_file() else {}
+        report = read_report(out)
         change(report)
         tmp = path.with_name(".report.json.tmp")
         tmp.write_text(json.dumps(report, indent=2) + "\n")

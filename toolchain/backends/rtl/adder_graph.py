@@ -203,64 +203,76 @@ def range_width(lo: int, hi: int) -> int:
 
 # -- pairwise common subexpression elimination ---------------------------------------------------------------------
 
-def _pair_key(t1: tuple, t2: tuple) -> tuple | None:
-    """The pattern of two terms (signal, shift, negative): (a, b, d, subtract) with a at the lower shift
-    (the lower signal first on a tie), so that the adder is a +- (b << d) and the pair is +-(it << shift_a)."""
-    a, s1, n1 = t1
-    b, s2, n2 = t2
-    if (s1, a) > (s2, b):
-        a, s1, n1, b, s2, n2 = b, s2, n2, a, s1, n1
-    if a == b and s1 == s2:
-        return None
-    return a, b, s2 - s1, n1 != n2
-
-
 class _Cse:
-    """Hartley's greedy pairwise CSE with incremental pair counts (each pick touches only its outputs' pairs)."""
+    """Hartley's greedy pairwise CSE with incremental pair counts (each pick touches only its outputs' pairs).
+
+    Pairs are only formed within a group of an output's terms: the whole row (``share="matrix"``) or one
+    column's terms (``share="column"``); a constant term is in no group (it pairs with nothing). A replaced
+    occurrence relinks only the terms of its own group, so a pick costs the size of its group, not of the row:
+    per-column sharing stays linear in the digits however wide the layer (a 20000-input row is 20000 small
+    groups), and whole-matrix sharing is bounded by MAX_PAIRS.
+
+    ``where[k]`` holds the occurrences (output, term, term) of pattern k, so its count is their number. The
+    heap is lazy: a pattern is pushed when its count grows; an entry whose count has since shrunk is pushed
+    again at its current count when it surfaces. The picks are those of eager re-pushing (every pattern always
+    has an entry at or above its count, so the first current entry popped is the most frequent pattern, ties
+    to the cheaper adder, then the smaller pattern).
+    """
 
     def __init__(self, b: _Builder, outputs: list[dict[int, tuple]], share: str):
         self.b, self.outputs, self.share = b, outputs, share
-        self.where: dict[tuple, dict[int, set[tuple[int, int]]]] = {}
-        self.count: dict[tuple, int] = {}
+        self.where: dict[tuple, set[tuple[int, int, int]]] = {}
         self.cost: dict[tuple, int] = {}
         self.next_id = 1 + max([0] + [max(t, default=0) for t in outputs])
-        self.heap: list = []
+        self.members: list[dict] = []  # per output: group -> the ids of its terms in that group
         for o, terms in enumerate(outputs):
-            groups: dict = {}  # pairs are looked for within a group: the whole row, or one column's terms
+            groups: dict = {}
             for t in sorted(terms):
-                groups.setdefault(b.column[terms[t][0]] if share == "column" else 0, []).append(t)
+                if b.signals[terms[t][0]].kind != "constant":
+                    groups.setdefault(self._group(terms[t][0]), []).append(t)
             for ids in groups.values():
-                for i, p in enumerate(ids):
-                    for q in ids[i + 1:]:
-                        self._link(o, p, q, +1)
-        for k, c in self.count.items():
-            if c >= 2:
-                heapq.heappush(self.heap, (-c, self._cost(k), k))
+                for i, p in enumerate(ids[:-1]):
+                    self._link(o, p, ids[i + 1:], +1)
+            self.members.append({g: set(ids) for g, ids in groups.items()})
+        self.heap = [(-len(occ), self._cost(k), k) for k, occ in self.where.items() if len(occ) >= 2]
+        heapq.heapify(self.heap)
 
-    def _shareable(self, k: tuple) -> bool:
-        a, b = k[0], k[1]
-        kinds = self.b.signals
-        if kinds[a].kind == "constant" or kinds[b].kind == "constant":
-            return False
-        if self.share == "column":
-            return self.b.column[a] is not None and self.b.column[a] == self.b.column[b]
-        return True
+    def _group(self, signal: int):
+        """Per-column sharing pairs terms of one input only; a pattern of one column's terms is that column's."""
+        return self.b.column[signal] if self.share == "column" else 0
 
-    def _link(self, o: int, p: int, q: int, step: int) -> tuple | None:
-        terms = self.outputs[o]
-        k = _pair_key(terms[p], terms[q])
-        if k is None or not self._shareable(k):
-            return None
-        pair = (p, q) if p < q else (q, p)
-        per = self.where.setdefault(k, {})
-        if step > 0:
-            per.setdefault(o, set()).add(pair)
-        else:
-            per[o].discard(pair)
-            if not per[o]:
-                del per[o]
-        self.count[k] = self.count.get(k, 0) + step
-        return k
+    def _link(self, o: int, p: int, others, step: int, grown: set | None = None) -> None:
+        """Add (step +1) or remove (-1) the occurrences of term p with each of ``others`` in output o; the
+        patterns that gained one go into ``grown``.
+
+        Two terms (signal, shift, negative) have the pattern (a, b, d, subtract) with a at the lower shift (the
+        lower signal first on a tie), so that the adder is a +- (b << d) and the pair is +-(it << shift_a); two
+        equal terms have none. This loop is the planner's inner loop, hence inlined.
+        """
+        terms, where = self.outputs[o], self.where
+        a, s, n = terms[p]
+        for q in others:
+            b, s2, n2 = terms[q]
+            if s < s2 or (s == s2 and a < b):
+                k = (a, b, s2 - s, n != n2)
+            elif s == s2 and a == b:
+                continue
+            else:
+                k = (b, a, s - s2, n != n2)
+            occ = (o, p, q) if p < q else (o, q, p)
+            if step > 0:
+                at = where.get(k)
+                if at is None:
+                    where[k] = {occ}
+                else:
+                    at.add(occ)
+                if grown is not None:
+                    grown.add(k)
+            else:
+                at = where[k]
+                at.discard(occ)
+                if not at:
+                    del where[k]
 
     def _cost(self, k: tuple) -> int:
         """Result bits the pattern's adder computes (the low d bits of a pass through)."""
@@ -274,34 +286,37 @@ class _Cse:
         return self.cost[k]
 
     def run(self) -> None:
-        while self.heap:
-            c, _, k = heapq.heappop(self.heap)
-            if self.count.get(k, 0) != -c or -c < 2:
-                continue  # a stale entry: the count changed since it was pushed
+        heap, where = self.heap, self.where
+        while heap:
+            c, cost, k = heapq.heappop(heap)
+            count = len(where.get(k, ()))
+            if count != -c:  # a stale entry
+                if 2 <= count < -c:
+                    heapq.heappush(heap, (-count, cost, k))
+                continue  # (a count above -c has its own, earlier entry)
             node = self.b.add(k[0], 0, k[1], k[2], k[3])
-            touched: set = set()
-            for o in sorted(self.where.get(k, {})):
+            grown: set = set()
+            for o, p, q in sorted(where[k]):
                 terms = self.outputs[o]
-                for p, q in sorted(self.where.get(k, {}).get(o, ())):
-                    if p not in terms or q not in terms:
-                        continue  # an overlapping occurrence: one of its terms went into an earlier one
-                    lo = min(terms[p], terms[q], key=lambda t: (t[1], t[0]))
-                    for r in terms:
-                        if r != p and r != q:
-                            touched.add(self._link(o, p, r, -1))
-                            touched.add(self._link(o, q, r, -1))
-                    touched.add(self._link(o, p, q, -1))
-                    del terms[p], terms[q]
-                    new = self.next_id
-                    self.next_id += 1
-                    terms[new] = (node, lo[1], lo[2])
-                    for r in terms:
-                        if r != new:
-                            touched.add(self._link(o, new, r, +1))
-            touched.discard(None)
-            for kk in sorted(touched):
-                if self.count.get(kk, 0) >= 2:
-                    heapq.heappush(self.heap, (-self.count[kk], self._cost(kk), kk))
+                if p not in terms or q not in terms:
+                    continue  # an overlapping occurrence: one of its terms went into an earlier one
+                lo = min(terms[p], terms[q], key=lambda t: (t[1], t[0]))
+                group = self.members[o][self._group(terms[p][0])]
+                group.discard(p)
+                group.discard(q)
+                self._link(o, p, group, -1)
+                self._link(o, q, group, -1)
+                self._link(o, p, (q,), -1)
+                del terms[p], terms[q]
+                new = self.next_id
+                self.next_id += 1
+                terms[new] = (node, lo[1], lo[2])
+                self._link(o, new, group, +1, grown)
+                group.add(new)
+            for kk in sorted(grown):
+                count = len(where.get(kk, ()))
+                if count >= 2:
+                    heapq.heappush(heap, (-count, self._cost(kk), kk))
 
 
 # -- trees -----------------------------------------------------------------------------------------------------------
@@ -521,15 +536,24 @@ def pipeline(graph: AdderGraph, wire_list: Sequence[Wire], cut_depth: int, post_
             return 0
         return max([bits for level, bits in uses[s] if level > p], default=0)
 
-    cross = [sum(crossing(s, p) for s in live) for p in range(depth + 1)]
+    cross = [0] * (depth + 1)  # bits across a cut after level p: each signal's crossing(s, p), summed
+    for s in live:
+        most: dict[int, int] = {}  # reader level -> the most bits a reader there takes
+        for level, bits in uses[s]:
+            most[level] = max(most.get(level, 0), bits)
+        top = 0  # the most bits any reader after level p takes, p going down
+        for p in range(min(depth, max(most) - 1), graph.level[s] - 1, -1):
+            top = max(top, most.get(p + 1, 0))
+            cross[p] += top
     total, tail = depth + post_levels, max(cut_depth, post_levels)
     m = max(0, -(-(total - tail) // cut_depth))
     cuts = _place_cuts(cross, depth, m, cut_depth, total - tail)
     stage_of = lambda level: sum(1 for p in cuts if p < level)
     stage = tuple(stage_of(graph.level[s]) for s in range(n))
     last_stage = tuple(max([stage[s]] + [stage_of(level) for level, _ in uses[s]]) for s in range(n))
+    is_live = set(live)
     copies = tuple(tuple(crossing(s, cuts[c - 1]) for c in range(stage[s] + 1, last_stage[s] + 1))
-                   if s in set(live) else () for s in range(n))
+                   if s in is_live else () for s in range(n))
     return Pipeline(tuple(cuts), stage, last_stage, copies, sum(sum(c) for c in copies))
 
 

@@ -142,7 +142,7 @@ def run(g: Graph, inputs: Union[np.ndarray, Mapping[str, np.ndarray]], keep: boo
             raise EmulationError(f"input '{name}': expected shape (batch, {', '.join(map(str, spec.shape))}), "
                                  f"found {a.shape}")
         if spec.is_float:
-            a = a.astype(np.float32)
+            a = _float32_input(name, a)
         else:
             if a.dtype.kind not in "iu":
                 raise EmulationError(f"input '{name}' is {spec.type_str()}: give integer codes, found dtype {a.dtype}")
@@ -155,6 +155,21 @@ def run(g: Graph, inputs: Union[np.ndarray, Mapping[str, np.ndarray]], keep: boo
         fixed_in = not g.tensors[n.inputs[0]].is_float or isinstance(n, Quantize)
         env[n.output] = _run_fixed(g, n, args) if fixed_in else _run_float(g, n, args)
     return env if keep else {t: env[t] for t in g.outputs}
+
+
+def _float32_input(name: str, a: np.ndarray) -> np.ndarray:
+    """A float input as the float32 the model takes: real numbers only, and none that float32 would turn into an
+    infinity (the cast is silent, and the quantizer would then blame a NaN/Inf the data never held)."""
+    if a.dtype.kind not in "biuf":
+        raise EmulationError(f"input '{name}': expected real numbers, found dtype {a.dtype}")
+    with np.errstate(invalid="ignore"):
+        beyond = np.isfinite(a) & (np.abs(a.astype(np.float64)) > np.finfo(np.float32).max)
+    if beyond.any():
+        first = tuple(int(i) for i in np.argwhere(beyond)[0])
+        raise EmulationError(f"input '{name}': {int(beyond.sum())} value(s) beyond float32's range (+-3.4e38), "
+                             f"first {float(a[first]):g} at index {first}; the model's inputs are float32: scale or "
+                             "clip the data")
+    return a.astype(np.float32)
 
 
 def run_values(g: Graph, inputs) -> dict[str, np.ndarray]:

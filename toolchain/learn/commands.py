@@ -27,6 +27,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from . import emulate as emulate_learn
+from ..cli_types import non_negative_int, positive_int, seed
 from ..errors import BitforgeError
 from ..fixed import quantize
 from .spec import Learner, LearnerFormats, LearnerSpec, UpdateRule, build_learner, save_learner
@@ -310,13 +311,13 @@ def add_commands(sub, fmt) -> None:
     p.add_argument("--model", default="kan", choices=["kan", "mlp"])
     p.add_argument("-o", "--output", required=True, metavar="OUT")
     p.add_argument("--datapath", default="fixed<16,6>", metavar="TYPE", help="datapath type (default fixed<16,6>)")
-    p.add_argument("--guard-bits", type=int, default=8, help="extra fractional bits of coefficient storage (default 8)")
-    p.add_argument("--lr-shift", type=int, default=None, help="eta = 2**-N (default: the task's reference eta)")
+    p.add_argument("--guard-bits", type=non_negative_int, default=8, help="extra fractional bits of coefficient storage (default 8)")
+    p.add_argument("--lr-shift", type=non_negative_int, default=None, help="eta = 2**-N (default: the task's reference eta)")
     p.add_argument("--rounding", default="nearest", choices=["nearest", "stochastic"])
-    p.add_argument("--grid-size", type=int, default=None, help="KAN grid size G (default: the reference)")
-    p.add_argument("--order", type=int, default=None, help="KAN spline order k (default 3)")
-    p.add_argument("--samples", type=int, default=None, help="stream length (default: the task's)")
-    p.add_argument("--seed", type=int, default=0, help="task stream and initial state seed (default 0)")
+    p.add_argument("--grid-size", type=positive_int, default=None, help="KAN grid size G (default: the reference)")
+    p.add_argument("--order", type=positive_int, default=None, help="KAN spline order k (default 3)")
+    p.add_argument("--samples", type=positive_int, default=None, help="stream length (default: the task's)")
+    p.add_argument("--seed", type=seed, default=0, help="task stream and initial state seed (default 0)")
     p.add_argument("--rtl", action="store_true", help="generate the learner core and simulate the trajectory")
     p.add_argument("--simulator", default="both", choices=["icarus", "verilator", "both"])
     p.add_argument("--basis", default="auto", choices=["auto", "rom", "circuit"],
@@ -325,7 +326,7 @@ def add_commands(sub, fmt) -> None:
                    help="MLP: time-multiplexed, N hidden units per round (default: fully parallel, or with --target "
                         "the most that fit its DSP blocks when the fully parallel form does not)")
     p.add_argument("--target", default=None, metavar="T", help="also implement on T (implies --rtl)")
-    p.add_argument("--pnr-seed", type=int, default=1)
+    p.add_argument("--pnr-seed", type=seed, default=1)
 
     def cmd(args: argparse.Namespace) -> int:
         from ..console import progress, result

@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import emulate, ir
 from ..errors import BitforgeError
-from ..report.file import update_report
+from ..report.file import read_report, update_report
 from .simulators import SimulationFailed, expand, run_cocotb
 from .vectors import make_vectors
 
@@ -23,11 +23,30 @@ P_INPUT_GAP = 0.2
 P_OUTPUT_STALL = 0.3
 
 
+#: The manifest fields the benches read, and their JSON types.
+MANIFEST_FIELDS = {"top": str, "core_top": str, "input_tensor": str, "output_tensor": str, "files": list, "ii": int,
+                   "latency_cycles": int, "bus_width": int}
+
+
 def load_manifest(out: Path) -> dict:
+    """``OUT/rtl/manifest.json``, checked before any simulation starts: its fields, and every file it lists."""
     m = Path(out) / "rtl" / "manifest.json"
+    again = f"generate the RTL again (bitforge compile MODEL -o {out} --to rtl)"
     if not m.is_file():
         raise BitforgeError(f"{m}: missing; compile with --to rtl first (bitforge compile MODEL -o {out} --to rtl)")
-    return json.loads(m.read_text())
+    try:
+        man = json.loads(m.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BitforgeError(f"{m}: not valid JSON ({e}); {again}") from None
+    if not isinstance(man, dict):
+        raise BitforgeError(f"{m}: expected a JSON object, found a {type(man).__name__}; {again}")
+    for key, kind in MANIFEST_FIELDS.items():
+        if not isinstance(man.get(key), kind) or isinstance(man.get(key), bool):
+            raise BitforgeError(f"{m}: expected '{key}' ({kind.__name__}), found {man.get(key)!r}; {again}")
+    missing = [f for f in man["files"] if not isinstance(f, str) or not (Path(out) / f).is_file()]
+    if missing:
+        raise BitforgeError(f"{m}: listed file(s) missing under {out}: {', '.join(map(str, missing[:5]))}; {again}")
+    return man
 
 
 def golden_codes(g: ir.Graph, manifest: dict, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -44,6 +63,11 @@ def simulate(out: Path, simulator: str = "both", vectors: int = 2000, seed: int 
     sims = expand(simulator)
     g = ir.load(out)
     man = load_manifest(out)
+    read_report(out)  # a damaged report.json fails now, not after the simulations
+    for key in ("input_tensor", "output_tensor"):
+        if man[key] not in g.tensors:
+            raise BitforgeError(f"{out / 'rtl' / 'manifest.json'}: {key} '{man[key]}' is not a tensor of "
+                                f"{out / 'model.json'}; the RTL and the model come from different compiles")
     xs, ys = golden_codes(g, man, vectors, seed)
     tin, tout = g.tensors[man["input_tensor"]].dtype, g.tensors[man["output_tensor"]].dtype
     results = {}

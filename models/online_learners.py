@@ -13,19 +13,22 @@ gradient. A 1500-step T1 run costs the same whether R is 1 or 64.
 The basis is :func:`bitforge.models.kan.bspline_basis` (the compiler's, inputs clamped into the grid;
 the clamp's zero derivative outside it is the hardware's too), and :meth:`OnlineLearner.to_modules`
 returns one run's trained network as :class:`~bitforge.models.kan.KANLayer` / ``nn.Linear`` modules
-for the compiler. Initial parameters come from :func:`init_params` in float64 numpy, so that the
-fixed-point golden learner can start from the same numbers.
+for the compiler. A learner is described by the one spec of every learner,
+:class:`bitforge.toolchain.learn.spec.LearnerSpec` (the float reference reads its kind, sizes, grid, init
+and eta = 2**-lr_shift, and ignores its fixed-point formats); initial parameters come from its
+:func:`~bitforge.toolchain.learn.spec.init_params`, so the fixed-point golden learner starts from the same
+numbers.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
-from bitforge.toolchain.errors import BitforgeError
+from bitforge.toolchain.learn.spec import LearnerError, LearnerSpec, UpdateRule, init_params
 from torch import nn
 
 from .kan import KANLayer, bspline_basis
@@ -37,10 +40,9 @@ __all__ = [
     "A2CConfig",
     "A2CResult",
     "LearnerError",
-    "FloatLearnerSpec",
+    "LearnerSpec",
     "OnlineLearner",
     "a2c_loss",
-    "init_params",
     "reference_spec",
     "run_a2c",
     "run_prequential",
@@ -48,72 +50,6 @@ __all__ = [
 ]
 
 MODELS = ("kan", "mlp")
-INITS = ("linear", "zeros", "normal")
-
-
-class LearnerError(BitforgeError):
-    """A learner specification the float reference cannot build, or a task it does not fit."""
-
-
-@dataclass(frozen=True)
-class FloatLearnerSpec:
-    """An online learner in float: model, layer sizes, and its update rule's step size (the reference that
-    :class:`bitforge.toolchain.learn.spec.LearnerSpec`, the bit-accurate learner, is compared with).
-
-    ``sizes`` = [d_in, hidden..., d_out]. KAN: every layer shares ``grid_range`` (lo, hi), ``grid_size``
-    G and spline ``order`` k (1..3: the orders the hardware computes in closed form). MLP: ReLU between
-    layers, linear output, biases. ``eta`` is the SGD step on L = sum (y_hat - t)^2; the chip applies it
-    as a right shift, so the reference configurations use powers of two.
-
-    ``init``: "linear" (default) sets every hidden KAN edge to phi(x) = w x with w ~ N(0, 1/d_in) (the
-    Greville abscissae as coefficients reproduce a line exactly, so a deep KAN starts as a random linear
-    map, like an MLP) and the output layer to zero (the LMS starting point: predict 0, learn only from
-    error); "zeros" zeros everything; "normal" draws N(0, init_scale^2) coefficients as ``KANLayer`` does.
-    MLP weights and biases always start Kaiming-uniform, U(+-1/sqrt(fan_in)) (torch's ``nn.Linear``).
-    """
-
-    model: str = "kan"
-    sizes: tuple[int, ...] = (1, 1)
-    grid_size: int = 5
-    order: int = 3
-    grid_range: tuple[float, float] = (-2.0, 2.0)
-    eta: float = 2.0 ** -4
-    init: str = "linear"
-    init_scale: float = 0.1
-
-    def __post_init__(self):
-        object.__setattr__(self, "sizes", tuple(int(s) for s in self.sizes))
-        object.__setattr__(self, "grid_range", tuple(float(v) for v in self.grid_range))
-        if self.model not in MODELS:
-            raise LearnerError(f"learner model {self.model!r} unknown; expected one of {MODELS}")
-        if len(self.sizes) < 2 or min(self.sizes) < 1:
-            raise LearnerError(f"learner sizes {self.sizes} invalid; expected [d_in, hidden..., d_out], all >= 1")
-        if not (self.eta > 0 and math.isfinite(self.eta)):
-            raise LearnerError(f"learning rate eta = {self.eta} must be a positive finite number")
-        if self.init not in INITS:
-            raise LearnerError(f"init {self.init!r} unknown; expected one of {INITS}")
-        if self.model == "kan":
-            if not 1 <= self.order <= 3:
-                raise LearnerError(f"KAN learner: spline order k = {self.order} unsupported; expected 1, 2 or 3")
-            if self.grid_size < 1:
-                raise LearnerError(f"KAN learner: grid size G = {self.grid_size} must be >= 1")
-            lo, hi = self.grid_range
-            if not hi > lo:
-                raise LearnerError(f"KAN learner: grid_range {self.grid_range} is empty; expected lo < hi")
-
-    @property
-    def n_params(self) -> int:
-        pairs = list(zip(self.sizes[:-1], self.sizes[1:]))
-        if self.model == "kan":
-            return sum(i * o * (self.grid_size + self.order) for i, o in pairs)
-        return sum(i * o + o for i, o in pairs)
-
-    def param_shapes(self) -> list[tuple[int, ...]]:
-        """KAN: one (out, in, G+k) coefficient array per layer; MLP: (out, in) weight, (out,) bias per layer."""
-        shapes: list[tuple[int, ...]] = []
-        for i, o in zip(self.sizes[:-1], self.sizes[1:]):
-            shapes += [(o, i, self.grid_size + self.order)] if self.model == "kan" else [(o, i), (o,)]
-        return shapes
 
 
 #: The benchmark's reference learners per task (arXiv 2602.02056); ``bitforge learn`` defaults.
@@ -126,68 +62,42 @@ class FloatLearnerSpec:
 #:   0.0017, the tight grid (h = 0.375) 0.0002.
 #: - T2 MLP: diverges at eta = 2^-2; 2^-4 (0.0018 median) keeps a factor 4 from the edge.
 #: - T4: G = 8 on [-1, 1] (h = 1/4: cell index by bit slicing); G = 4..8 all err on ~7 %.
-REFERENCE_CONFIGS: dict[str, dict[str, FloatLearnerSpec]] = {
+REFERENCE_CONFIGS: dict[str, dict[str, LearnerSpec]] = {
     "t1": {
-        "kan": FloatLearnerSpec("kan", (1, 1), grid_size=5, order=3, grid_range=(-2.25, 2.25), eta=2.0 ** -1),
-        "mlp": FloatLearnerSpec("mlp", (1, 32, 1), eta=2.0 ** -6),
+        "kan": LearnerSpec("kan", (1, 1), grid_size=5, order=3, grid_range=(-2.25, 2.25), rule=UpdateRule(1)),
+        "mlp": LearnerSpec("mlp", (1, 32, 1), rule=UpdateRule(6)),
     },
     "t2": {
-        "kan": FloatLearnerSpec("kan", (2, 1), grid_size=8, order=3, grid_range=(-1.5, 1.5), eta=2.0 ** -3),
-        "mlp": FloatLearnerSpec("mlp", (2, 16, 1), eta=2.0 ** -4),
+        "kan": LearnerSpec("kan", (2, 1), grid_size=8, order=3, grid_range=(-1.5, 1.5), rule=UpdateRule(3)),
+        "mlp": LearnerSpec("mlp", (2, 16, 1), rule=UpdateRule(4)),
     },
     "t4": {
-        "kan": FloatLearnerSpec("kan", (16, 1), grid_size=8, order=3, grid_range=(-1.0, 1.0), eta=2.0 ** -7),
-        "mlp": FloatLearnerSpec("mlp", (16, 16, 1), eta=2.0 ** -7),
+        "kan": LearnerSpec("kan", (16, 1), grid_size=8, order=3, grid_range=(-1.0, 1.0), rule=UpdateRule(7)),
+        "mlp": LearnerSpec("mlp", (16, 16, 1), rule=UpdateRule(7)),
     },
 }
 
 
-def reference_spec(task: str, model: str = "kan", **overrides) -> FloatLearnerSpec:
-    """The reference learner for ``task`` and ``model``, with any field overridden (e.g. ``eta=2**-3``)."""
+def reference_spec(task: str, model: str = "kan", **overrides) -> LearnerSpec:
+    """The reference learner for ``task`` and ``model``, with any field overridden (:meth:`LearnerSpec.replace`:
+    e.g. ``lr_shift=3``, ``formats=LearnerFormats.make("fixed<8,4>")``, ``seed=2``)."""
     try:
         spec = REFERENCE_CONFIGS[task.lower()][model.lower()]
     except KeyError:
         raise LearnerError(f"no reference learner for task {task!r}, model {model!r}; tasks "
                            f"{sorted(REFERENCE_CONFIGS)}, models {list(MODELS)}") from None
-    return replace(spec, **overrides)
-
-
-def _greville(spec: FloatLearnerSpec) -> np.ndarray:
-    """Knot averages of the G+k bases: sum_j greville_j B_j(x) = x on the grid (linear precision)."""
-    lo, hi = spec.grid_range
-    h = (hi - lo) / spec.grid_size
-    k = spec.order
-    # Basis j spans knots t_j..t_{j+k+1}, t_j = lo + (j - k) h; its Greville point is the mean of the
-    # k inner knots t_{j+1}..t_{j+k}, i.e. lo + (j - (k - 1) / 2) h.
-    return lo + (np.arange(spec.grid_size + k) - (k - 1) / 2.0) * h
-
-
-def init_params(spec: FloatLearnerSpec, seed: int = 0) -> list[np.ndarray]:
-    """The initial parameters of one run, float64, in :meth:`FloatLearnerSpec.param_shapes` order."""
-    rng = np.random.default_rng(seed)
-    out: list[np.ndarray] = []
-    n_layers = len(spec.sizes) - 1
-    for layer, (i, o) in enumerate(zip(spec.sizes[:-1], spec.sizes[1:])):
-        if spec.model == "mlp":
-            bound = 1.0 / math.sqrt(i)
-            out += [rng.uniform(-bound, bound, size=(o, i)), rng.uniform(-bound, bound, size=o)]
-        elif spec.init == "normal":
-            out.append(rng.normal(0.0, spec.init_scale, size=(o, i, spec.grid_size + spec.order)))
-        elif spec.init == "zeros" or layer == n_layers - 1:
-            out.append(np.zeros((o, i, spec.grid_size + spec.order)))
-        else:  # "linear" hidden layer: phi_{o,i}(x) = w_{o,i} x, a random linear map of the grid
-            w = rng.normal(0.0, 1.0 / math.sqrt(i), size=(o, i))
-            out.append(w[:, :, None] * _greville(spec)[None, None, :])
-    return out
+    return spec.replace(**overrides)
 
 
 class OnlineLearner:
-    """R independent runs of one :class:`FloatLearnerSpec`, stepped one sample at a time.
+    """R independent runs of one :class:`LearnerSpec`, stepped one sample at a time.
 
-    ``params[p]`` has shape ``(R,) + spec.param_shapes()[p]``; ``eta`` is per run ``(R,)``.
+    ``params[p]`` has shape ``(R,) + spec.param_shapes()[p]``; ``eta`` is per run ``(R,)``: by default the
+    spec's 2**-lr_shift, or any positive ``etas`` (the float reference is free to sweep what the chip cannot).
+    Run r starts from ``init_params(spec, seeds[r])``.
     """
 
-    def __init__(self, spec: FloatLearnerSpec, seeds: Sequence[int] = (0,), etas: Sequence[float] | None = None,
+    def __init__(self, spec: LearnerSpec, seeds: Sequence[int] = (0,), etas: Sequence[float] | None = None,
                  dtype: torch.dtype = torch.float64):
         self.spec = spec
         seeds = [int(s) for s in seeds]
@@ -208,7 +118,7 @@ class OnlineLearner:
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(R, *batch, d_in)`` -> ``(R, *batch, d_out)``: run r's network on its own inputs."""
         s, h = self.spec, x
-        if s.model == "kan":
+        if s.kind == "kan":
             lo, hi = s.grid_range
             for c in self.params:
                 b = bspline_basis(h, lo, hi, s.grid_size, s.order)  # (R, *batch, in, G+k)
@@ -247,7 +157,7 @@ class OnlineLearner:
         mods: list[nn.Module] = []
         pairs = list(zip(s.sizes[:-1], s.sizes[1:]))
         for layer, (i, o) in enumerate(pairs):
-            if s.model == "kan":
+            if s.kind == "kan":
                 m = KANLayer(i, o, s.grid_size, s.order, s.grid_range).to(dtype)
                 with torch.no_grad():
                     m.coeffs.copy_(self.params[layer][run])
@@ -273,13 +183,13 @@ def _one_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _check_fit(spec: FloatLearnerSpec, task: Task) -> None:
+def _check_fit(spec: LearnerSpec, task: Task) -> None:
     if spec.sizes[0] != task.d_in or spec.sizes[-1] != task.d_out:
         raise LearnerError(f"learner sizes {list(spec.sizes)} do not fit task {task.name} "
                            f"({task.d_in} -> {task.d_out}); use [{task.d_in}, ..., {task.d_out}]")
 
 
-def run_prequential_batch(spec: FloatLearnerSpec, task: Task, seeds: Sequence[int] = (0,),
+def run_prequential_batch(spec: LearnerSpec, task: Task, seeds: Sequence[int] = (0,),
                           etas: Sequence[float] | None = None, dtype: torch.dtype = torch.float64) -> np.ndarray:
     """Predictions ``(R, n, d_out)`` of R independent runs (one per seed / eta) over the whole task."""
     _check_fit(spec, task)
@@ -293,7 +203,7 @@ def run_prequential_batch(spec: FloatLearnerSpec, task: Task, seeds: Sequence[in
     return preds.numpy()
 
 
-def run_prequential(spec: FloatLearnerSpec | str, task: Task, seed: int = 0) -> np.ndarray:
+def run_prequential(spec: LearnerSpec | str, task: Task, seed: int = 0) -> np.ndarray:
     """Predictions ``(n, d_out)`` of one run; ``spec`` may be "kan"/"mlp" for the task's reference learner."""
     if isinstance(spec, str):
         spec = reference_spec(task.name, spec)
@@ -321,7 +231,7 @@ class A2CConfig:
     fixed-point critic needs the reward scaled down (the episode returns reported are CartPole's own, unscaled).
     """
 
-    spec: FloatLearnerSpec = FloatLearnerSpec("kan", (4, 3), grid_size=5, order=3, grid_range=(-1.0, 1.0), eta=2.0 ** -7)
+    spec: LearnerSpec = LearnerSpec("kan", (4, 3), grid_size=5, order=3, grid_range=(-1.0, 1.0), rule=UpdateRule(7))
     gamma: float = 1.0 - 2.0 ** -7  # 0.9922: 1 - 2**-n is a shifted subtract on chip
     critic_weight: float = 1.0
     entropy: float = 0.0
@@ -460,7 +370,7 @@ def _main(argv: Sequence[str] | None = None) -> None:
     for name in args.tasks.split(","):
         for model in args.models.split(","):
             spec = reference_spec(name, model)
-            exps = [int(e) for e in args.sweep.split(",")] if args.sweep else [round(math.log2(spec.eta))]
+            exps = [int(e) for e in args.sweep.split(",")] if args.sweep else [-spec.rule.lr_shift]
             rows: dict[int, list[dict]] = {e: [] for e in exps}
             for seed in range(args.seeds):
                 task = make_task(name, seed)

@@ -14,6 +14,9 @@ so a task is just the stream ``x[t] -> target[t]`` plus the windows its metrics 
 - ``t4``: non-stationary qubit-readout stand-in (16 -> 1, n = 10000). See :func:`_t4`. Metric: error
   rate of sign(prediction) over the last 5000 samples.
 
+A user's own stream (``bitforge learn --data``; files read by :mod:`bitforge.models.streams`) becomes a task
+through :func:`stream_task`: scored like T2, by the MSE over its last quarter (``STREAM_EVAL_FRACTION``).
+
 ``Task.segments`` names the windows (half-open index ranges) the metrics use, so
 :func:`prequential_metrics` is a function of the task alone and a plot can shade the regimes.
 """
@@ -21,6 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import math
 
 import numpy as np
 from bitforge.toolchain.errors import BitforgeError
@@ -34,6 +39,7 @@ __all__ = [
     "TaskError",
     "make_task",
     "prequential_metrics",
+    "stream_task",
 ]
 
 
@@ -184,6 +190,45 @@ def make_task(name: str, seed: int = 0, n: int | None = None) -> Task:
     for a in (task.x, task.target):
         a.setflags(write=False)
     return task
+
+
+# ------------------------------------------------------------------------------------------- streams
+#: A user stream is scored over its last 1/STREAM_EVAL_FRACTION ("eval"), after a warm-up: a prequential learner
+#: starts from nothing, so the whole-stream mean mixes learning with tracking.
+STREAM_EVAL_FRACTION = 4
+#: Fewest samples a stream may have: a warm-up and an evaluation window of at least a few samples each.
+MIN_STREAM_SAMPLES = 8
+#: A stream's ``input_range`` is its inputs' range widened to multiples of this (exact in binary: a KAN grid on
+#: it starts on an input code of any format with 2 or more fractional bits).
+INPUT_RANGE_STEP = 0.25
+
+
+def stream_task(name: str, x, target) -> Task:
+    """A prequential task from a user's stream: ``x`` ``(n, d_in)`` (or ``(n,)``) and ``target`` ``(n, d_out)``
+    (or ``(n,)``), float, in time order, already checked (:func:`bitforge.models.streams.load_stream` checks
+    files). Metric "tail_mse" over the last ``n // STREAM_EVAL_FRACTION`` samples; ``input_range`` covers every
+    input (the default grid of a learner for it)."""
+    x = np.array(x, dtype=np.float64)
+    t = np.array(target, dtype=np.float64)
+    x = x[:, None] if x.ndim == 1 else x
+    t = t[:, None] if t.ndim == 1 else t
+    n = x.shape[0]
+    if x.ndim != 2 or t.ndim != 2 or t.shape[0] != n:
+        raise TaskError(f"{name}: inputs {x.shape} and targets {t.shape} are not (n, d_in) and (n, d_out) arrays of "
+                        "the same length n")
+    if n < MIN_STREAM_SAMPLES:
+        raise TaskError(f"{name}: {n} samples; a stream needs at least {MIN_STREAM_SAMPLES} (a warm-up and the "
+                        f"last 1/{STREAM_EVAL_FRACTION} to score)")
+    if not (np.isfinite(x).all() and np.isfinite(t).all()):
+        raise TaskError(f"{name}: inputs or targets are not finite (NaN or Inf); remove or fill those samples")
+    step = INPUT_RANGE_STEP
+    lo, hi = math.floor(float(x.min()) / step) * step, math.ceil(float(x.max()) / step) * step
+    if hi <= lo:
+        hi = lo + step
+    tail = max(1, n // STREAM_EVAL_FRACTION)
+    for a in (x, t):
+        a.setflags(write=False)
+    return Task(name, x, t, (lo, hi), {"warmup": (0, n - tail), "eval": (n - tail, n)}, "tail_mse")
 
 
 # ------------------------------------------------------------------------------------------- metrics

@@ -460,10 +460,9 @@ def test_t1_kan_16_6_is_indistinguishable_from_float():
     from bitforge.models.online_learners import reference_spec, run_prequential
     from bitforge.models.online_tasks import prequential_metrics
     task = t1_task()
-    ref = reference_spec("t1", "kan")
-    lr = round(-math.log2(ref.eta))
-    assert ref.eta == 2.0 ** -lr and ref.sizes == (1, 1)
-    L = t1_learner(lr=lr, guard=8, grid=ref.grid_range, G=ref.grid_size, order=ref.order)
+    ref = reference_spec("t1", "kan")  # one spec for both learners; its default formats are <16,6>, 8 guard bits
+    assert ref.sizes == (1, 1) and ref.formats == LearnerFormats.make("fixed<16,6>", guard_bits=8)
+    L = build_learner(ref)
     fixed_m = steady(task, run(L, quantize(task.x, L.formats.input),
                                quantize(task.target, L.formats.datapath)).predictions, L.formats.datapath)
     float_m = prequential_metrics(task, run_prequential(ref, task))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from bitforge.models.online_learners import A2CConfig
 from bitforge.toolchain.learn.bench import t5_config
-from bitforge.toolchain.learn.a2c import gamma_shift, run_a2c_fixed, sigmoid_table
+from bitforge.toolchain.learn.a2c import a2c_spec, gamma_shift, run_a2c_fixed, sigmoid_table
 from bitforge.toolchain.learn.spec import LearnerError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -19,10 +19,16 @@ def test_discount_and_reward_must_be_what_the_controller_can_compute():
         run_a2c_fixed(A2CConfig(gamma=0.99, max_episodes=1), "fixed<16,6>")
     with pytest.raises(LearnerError, match="below the datapath's LSB"):
         run_a2c_fixed(A2CConfig(reward=2.0 ** -6, max_episodes=1), "fixed<8,4>")
-    with pytest.raises(LearnerError, match="eta 0.01: .* power of two"):
-        run_a2c_fixed(replace(A2CConfig(max_episodes=1), spec=replace(A2CConfig().spec, eta=0.01)), "fixed<16,6>")
     with pytest.raises(LearnerError, match="critic weight 0.3"):
         run_a2c_fixed(A2CConfig(critic_weight=0.3, max_episodes=1), "fixed<16,6>")
+
+
+def test_fixed_point_twin_is_the_config_spec_at_a_datapath():
+    """One spec: the fixed-point A2C learner is the float config's spec (sizes, grid, eta) at the given formats."""
+    cfg = t5_config("kan", 10)
+    s = a2c_spec(cfg, "fixed<10,4>", guard_bits=6, rounding="stochastic", seed=3)
+    assert s.replace(formats=cfg.spec.formats, rounding="nearest", seed=cfg.spec.seed) == cfg.spec
+    assert s.formats.datapath.width == 10 and s.formats.guard_bits == 6 and s.eta == cfg.spec.eta
 
 
 def test_policy_table_is_a_monotone_sigmoid():

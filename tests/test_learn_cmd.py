@@ -7,26 +7,31 @@ import pytest
 from bitforge.toolchain.learn.bench import (OnlineBenchOptions, OnlineBenchResult, accuracy_rows, kan_flatness, markdown, merge_results, read_results, options_from_args)
 from bitforge.toolchain.cli import build_parser, main
 from bitforge.toolchain.errors import BitforgeError
-from bitforge.toolchain.learn.commands import LearnOptions, fixed_spec
+from bitforge.toolchain.learn.commands import LearnOptions, resolve
 from bitforge.toolchain.learn.spec import load_learner
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_reference_learners_follow_the_benchmark_configurations():
-    spec, ref = fixed_spec(LearnOptions("t1"))
+    spec, task = resolve(LearnOptions("t1"))
     assert spec.kind == "kan" and spec.sizes == (1, 1) and spec.grid_size == 5 and spec.order == 3
-    assert spec.grid_range == (-2.25, 2.25) and spec.rule.lr_shift == 1 and ref.eta == 0.5
+    assert spec.grid_range == (-2.25, 2.25) and spec.rule.lr_shift == 1 and spec.eta == 0.5
     assert spec.formats.datapath.to_short().startswith("fixed<16,6")
-    assert spec.formats.guard_bits == 8
-    mlp, _ = fixed_spec(LearnOptions("t4", model="mlp"))
+    assert spec.formats.guard_bits == 8 and task.name == "t1" and task.n == 1500
+    mlp, _ = resolve(LearnOptions("t4", model="mlp"))
     assert mlp.sizes == (16, 16, 1) and mlp.rule.lr_shift == 7
-    assert fixed_spec(LearnOptions("t2", lr_shift=5))[0].rule.lr_shift == 5
+    assert resolve(LearnOptions("t2", lr_shift=5))[0].rule.lr_shift == 5
+    notes = []
+    assert resolve(LearnOptions("t2", lr=0.1), notes.append)[0].rule.lr_shift == 3
+    assert notes == ["--lr 0.1 is not a power of two; using the nearest, 2^-3 = 0.125 (the learner applies its "
+                     "learning rate as a right shift)"]
+    assert resolve(LearnOptions("t2", lr=0.25), notes.append)[0].rule.lr_shift == 2 and len(notes) == 1
 
 
 def test_unknown_task_is_a_clear_error():
     with pytest.raises(BitforgeError, match="unknown task 't9'"):
-        fixed_spec(LearnOptions("t9"))
+        resolve(LearnOptions("t9"))
 
 
 def test_learn_writes_states_metrics_plot_and_report(tmp_path):

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 from bitforge.toolchain import emulate, ir
 from bitforge.toolchain.fixed import FixedType, Overflow, Rounding, parse_type, quantize
-from bitforge.toolchain.learn.spec import (LearnerError, LearnerFormats, LearnerSpec, LearnerWarning, UpdateRule, build_learner, dead_zone_error, lane_seeds, load_learner, save_learner)
+from bitforge.toolchain.learn.spec import (LearnerError, LearnerFormats, LearnerSpec, LearnerWarning, UpdateRule,
+                                          build_learner, dead_zone_error, find_learner, init_params, lane_seeds,
+                                          load_learner, nearest_lr_shift, save_learner)
 
 
 def kan_spec(**kw) -> LearnerSpec:
@@ -119,19 +121,63 @@ def test_kan_learner_graph_holds_storage_codes_of_the_initial_state():
         emulate.run(L.graph, np.zeros((1, 2), dtype=np.int64))
 
 
-def test_initial_state_equals_the_float_reference_init():
-    from bitforge.models.online_learners import FloatLearnerSpec as FloatSpec
-    from bitforge.models.online_learners import init_params
+def test_float_reference_and_fixed_learner_start_from_the_same_numbers():
+    """One spec drives both: the float reference's initial parameters, rounded into storage, are the fixed-point
+    learner's initial state (and init_params is what both draw)."""
+    import torch
+    from bitforge.models.online_learners import OnlineLearner
+
     for kind, sizes in (("kan", (2, 4, 1)), ("mlp", (2, 8, 1))):
-        fs = FloatSpec(kind, sizes, grid_size=5, order=3, grid_range=(-2.0, 2.0))
         s = kan_spec(kind=kind, sizes=sizes, seed=11)
         drawn = build_learner(s).state()
-        given = build_learner(s, initial=init_params(fs, 11)).state()
+        ref = OnlineLearner(s, seeds=[s.seed])
+        flat = [p[0].detach().numpy() for p in ref.params]
+        assert [a.shape for a in flat] == s.param_shapes() and sum(a.size for a in flat) == s.n_params
+        for a, b in zip(flat, init_params(s)):
+            np.testing.assert_array_equal(a, b)
+        given = build_learner(s, initial=flat).state()
         for a, b in zip(drawn, given):
             assert a.keys() == b.keys()
             for k in a:
                 np.testing.assert_array_equal(a[k], b[k])
         assert any(np.any(v != 0) for layer in drawn for v in layer.values())
+        assert ref.eta.tolist() == [s.eta] == [2.0 ** -s.rule.lr_shift] and ref.params[0].dtype == torch.float64
+
+
+def test_one_spec_one_default_grid():
+    assert LearnerSpec().grid_range == (-1.0, 1.0) == LearnerSpec("mlp", (1, 4, 1)).grid_range
+    assert LearnerSpec("kan", (2, 3, 1), grid_size=5, order=3).param_shapes() == [(3, 2, 8), (1, 3, 8)]
+    assert LearnerSpec("mlp", (2, 4, 1)).n_params == 2 * 4 + 4 + 4 + 1
+    assert LearnerSpec(rule=UpdateRule(3)).eta == 0.125
+
+
+@pytest.mark.parametrize("eta,shift", [(0.1, 3), (0.125, 3), (1.0, 0), (0.7, 1), (0.0009, 10), (2.0 ** -40, 40)])
+def test_learning_rates_round_to_the_nearest_power_of_two(eta, shift):
+    assert nearest_lr_shift(eta) == shift
+
+
+@pytest.mark.parametrize("eta", [0.0, -0.5, float("nan"), float("inf"), 4.0, 2.0 ** -45])
+def test_learning_rates_without_a_shift_are_refused(eta):
+    with pytest.raises(LearnerError, match="learning rate"):
+        nearest_lr_shift(eta)
+
+
+def test_float_input_inference_graph_quantizes_as_the_stream_does(tmp_path):
+    """The learner predicts from real values: a Quantize node into the input format, then the inference graph."""
+    s = kan_spec(seed=4, init="normal", init_scale=0.3)
+    L = build_learner(s)
+    g = L.inference_graph(float_input=True)
+    assert g.nodes[0].OP == "Quantize" and g.tensors[g.inputs[0]].is_float
+    x = np.random.default_rng(0).uniform(-3, 3, size=(64, 2))
+    want = emulate.run(L.inference_graph(), quantize(x.astype(np.float32), s.formats.input))["y"]
+    np.testing.assert_array_equal(emulate.run(g, x)["y"], want)
+    assert np.any(want != 0)
+    save_learner(L, tmp_path / "out" / "final")
+    assert find_learner(tmp_path / "out") == tmp_path / "out" / "final"
+    assert find_learner(tmp_path / "out" / "final") == tmp_path / "out" / "final"
+    (tmp_path / "plain").mkdir()
+    ir.save(L.inference_graph(), tmp_path / "plain")
+    assert find_learner(tmp_path / "plain") is None and find_learner(tmp_path / "nowhere") is None
 
 
 def test_initial_values_outside_storage_are_refused():

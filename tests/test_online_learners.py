@@ -1,8 +1,6 @@
 """Float reference online learners: the update rule, batching over runs, and the reference numbers."""
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 import torch
@@ -10,31 +8,30 @@ from bitforge.models.kan import KANLayer, bspline_basis
 from bitforge.models.online_learners import (
     A2CConfig,
     LearnerError,
-    FloatLearnerSpec,
+    LearnerSpec,
     OnlineLearner,
-    _greville,
     a2c_loss,
-    init_params,
     reference_spec,
     run_a2c,
     run_prequential,
     run_prequential_batch,
 )
 from bitforge.models.online_tasks import make_task, prequential_metrics
+from bitforge.toolchain.learn.spec import UpdateRule, greville, init_params
 
 
 def test_spec_validation_and_reference_lookup():
     with pytest.raises(LearnerError, match="order"):
-        FloatLearnerSpec("kan", (1, 1), order=4)
+        LearnerSpec("kan", (1, 1), order=4)
     with pytest.raises(LearnerError, match="empty"):
-        FloatLearnerSpec("kan", (1, 1), grid_range=(1.0, 1.0))
-    with pytest.raises(LearnerError, match="model"):
-        FloatLearnerSpec("rnn", (1, 1))
-    with pytest.raises(LearnerError, match="eta"):
-        FloatLearnerSpec("mlp", (1, 4, 1), eta=0.0)
+        LearnerSpec("kan", (1, 1), grid_range=(1.0, 1.0))
+    with pytest.raises(LearnerError, match="kind"):
+        LearnerSpec("rnn", (1, 1))
+    with pytest.raises(LearnerError, match="lr_shift"):
+        LearnerSpec("mlp", (1, 4, 1), rule=UpdateRule(-1))
     with pytest.raises(LearnerError, match="no reference"):
         reference_spec("t9")
-    spec = reference_spec("t1", "kan", eta=0.125)
+    spec = reference_spec("t1", "kan", lr_shift=3)
     assert spec.eta == 0.125 and spec.grid_size == 5 and spec.sizes == (1, 1)
     assert spec.n_params == 8 and reference_spec("t2", "mlp").n_params == 2 * 16 + 16 + 16 + 1
     with pytest.raises(LearnerError, match="do not fit"):
@@ -43,14 +40,14 @@ def test_spec_validation_and_reference_lookup():
 
 @pytest.mark.parametrize("order", [1, 2, 3])
 def test_greville_coefficients_reproduce_a_line(order):
-    spec = FloatLearnerSpec("kan", (1, 1), grid_size=6, order=order, grid_range=(-1.5, 0.5))
+    spec = LearnerSpec("kan", (1, 1), grid_size=6, order=order, grid_range=(-1.5, 0.5))
     x = torch.linspace(-1.5, 0.5, 41, dtype=torch.float64)
     b = bspline_basis(x, -1.5, 0.5, 6, order)
-    np.testing.assert_allclose((b @ torch.tensor(_greville(spec))).numpy(), x.numpy(), atol=1e-12)
+    np.testing.assert_allclose((b @ torch.tensor(greville(spec))).numpy(), x.numpy(), atol=1e-12)
 
 
 def test_one_kan_step_is_the_sparse_lms_update():
-    spec = FloatLearnerSpec("kan", (1, 1), grid_size=5, order=3, grid_range=(-2.0, 2.0), eta=0.25)
+    spec = LearnerSpec("kan", (1, 1), grid_size=5, order=3, grid_range=(-2.0, 2.0), rule=UpdateRule(2))
     learner = OnlineLearner(spec)
     x, t = torch.tensor([[0.3]], dtype=torch.float64), torch.tensor([[0.7]], dtype=torch.float64)
     assert learner.step(x, t).item() == 0.0  # zero-initialised output layer, predicted before the update
@@ -62,16 +59,16 @@ def test_one_kan_step_is_the_sparse_lms_update():
 
 def test_deep_step_matches_autograd_of_the_exported_modules():
     """Hidden layers learn through phi' with the PRE-update coefficients, plain SGD on sum (y - t)^2."""
-    for spec in (FloatLearnerSpec("kan", (3, 4, 2), grid_size=4, order=2, grid_range=(-1.0, 1.0), eta=0.1),
-                 FloatLearnerSpec("mlp", (3, 5, 2), eta=0.1)):
+    for spec in (LearnerSpec("kan", (3, 4, 2), grid_size=4, order=2, grid_range=(-1.0, 1.0), rule=UpdateRule(3)),
+                 LearnerSpec("mlp", (3, 5, 2), rule=UpdateRule(3))):
         learner = OnlineLearner(spec, seeds=[3])
         net = learner.to_modules(0, torch.float64)
-        assert isinstance(net[0], KANLayer if spec.model == "kan" else torch.nn.Linear)
+        assert isinstance(net[0], KANLayer if spec.kind == "kan" else torch.nn.Linear)
         x = torch.tensor([[0.2, -0.6, 0.9]], dtype=torch.float64)
         t = torch.tensor([[0.5, -0.25]], dtype=torch.float64)
         loss = ((net(x) - t) ** 2).sum()
         grads = torch.autograd.grad(loss, list(net.parameters()))
-        expected = [p.detach() - 0.1 * g for p, g in zip(net.parameters(), grads)]
+        expected = [p.detach() - 0.125 * g for p, g in zip(net.parameters(), grads)]
         y = learner.step(x, t)
         np.testing.assert_allclose(y.numpy(), net(x).detach().numpy(), atol=1e-15)
         for p, e in zip(learner.params, expected):
@@ -80,9 +77,9 @@ def test_deep_step_matches_autograd_of_the_exported_modules():
 
 def test_runs_in_a_batch_are_independent():
     task = make_task("t1", 0, n=300)
-    spec = FloatLearnerSpec("kan", (1, 4, 1), grid_size=5, order=3, grid_range=(-2.25, 2.25))
+    spec = LearnerSpec("kan", (1, 4, 1), grid_size=5, order=3, grid_range=(-2.25, 2.25))
     batch = run_prequential_batch(spec, task, seeds=[1, 2], etas=[2.0 ** -3, 2.0 ** -5])
-    alone = run_prequential_batch(replace(spec, eta=2.0 ** -5), task, seeds=[2])[0]
+    alone = run_prequential_batch(spec.replace(lr_shift=5), task, seeds=[2])[0]
     np.testing.assert_allclose(batch[1], alone, rtol=1e-12, atol=1e-14)
     assert not np.allclose(batch[0], batch[1])
     assert init_params(spec, 1)[0].std() > 0 and not np.array_equal(init_params(spec, 1)[0], init_params(spec, 2)[0])
@@ -108,7 +105,7 @@ def test_t1_mlp_learns_but_tracks_worse_than_the_kan():
 
 def test_deep_kan_learns_through_its_hidden_layer():
     task = make_task("t1", 0)
-    deep = reference_spec("t1", "kan", sizes=(1, 4, 1), eta=2.0 ** -2)
+    deep = reference_spec("t1", "kan", sizes=(1, 4, 1), lr_shift=2)
     m = prequential_metrics(task, run_prequential(deep, task))
     assert m["mean_mse"] < 0.03 and max(m["steady_mse"]) < 0.005, m
     learner = OnlineLearner(deep)
@@ -140,7 +137,7 @@ def test_a2c_smoke():
     assert all(8 <= ret <= 500 for r in a.returns for ret in r)
     assert sorted(seen) == sorted((r, i + 1, ret) for r in (0, 1) for i, ret in enumerate(a.returns[r]))
     with pytest.raises(LearnerError, match="2 logits"):
-        A2CConfig(spec=FloatLearnerSpec("kan", (4, 2)))
+        A2CConfig(spec=LearnerSpec("kan", (4, 2)))
 
 
 def test_a2c_feedback_is_the_on_chip_rule():

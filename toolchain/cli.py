@@ -62,7 +62,16 @@ def cmd_emulate(args: argparse.Namespace) -> int:
     from .errors import BitforgeError
     from .outputs import write_file
 
-    g = ir.load(args.out)
+    from .learn.spec import find_learner, load_learner
+
+    learner = find_learner(args.out)
+    if learner is None:
+        g = ir.load(args.out)
+    else:  # an online learner predicts from real values, quantized into its input format as a compiled model's
+        if learner != Path(args.out):
+            from .console import note
+            note(f"{args.out} is a 'bitforge learn' output: predicting with its learned state, {learner}")
+        g = load_learner(learner).inference_graph(float_input=True)
     path = Path(args.input)
     if not path.is_file():
         raise BitforgeError(f"{path}: no such file; --input takes a .npy array of shape (batch, features)")
@@ -269,8 +278,10 @@ def cmd_flow(args: argparse.Namespace) -> int:
         from .learn.commands import LearnOptions, run_learn_flow
         task, _, kind = args.model[len("learn:"):].partition("-")
         sim = "both" if args.simulator == "none" else args.simulator
+        from .console import note
         run_learn_flow(LearnOptions(task=task, model=kind or "kan", rtl=True, simulator=sim, seed=args.seed),
-                       Path(args.output), args.target, result, progress, args.pnr_seed)
+                       args.output, args.target, result, progress, args.pnr_seed, note=note, warn=warn,
+                       force=args.force)
         return 0
     opts = CompileOptions(to=("onnx", "rtl"), precision=args.precision, vectors=args.vectors, seed=args.seed,
                           input_range=args.input_range, reuse=args.reuse, target=args.target)

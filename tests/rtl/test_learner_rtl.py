@@ -279,9 +279,9 @@ def random_stream_mlp(L, n, seed=0):
 
 
 def test_mlp_t1_reference_on_verilator(tmp_path):
-    from bitforge.toolchain.learn.commands import LearnOptions, fixed_spec
+    from bitforge.models.online_learners import reference_spec
 
-    L = build_learner(fixed_spec(LearnOptions("t1", model="mlp"))[0])
+    L = build_learner(reference_spec("t1", "mlp"))
     x, t = task_codes(L, make_task("t1", 0, n=800))
     check(simulate_learner(L, x, t, work=tmp_path, simulator="verilator", seed=4), 800)
 
@@ -289,9 +289,9 @@ def test_mlp_t1_reference_on_verilator(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("simulator", ["verilator"])  # Icarus runs this 560-multiplier design for minutes
 def test_mlp_t4_reference_10000_samples(tmp_path, simulator):
-    from bitforge.toolchain.learn.commands import LearnOptions, fixed_spec
+    from bitforge.models.online_learners import reference_spec
 
-    L = build_learner(fixed_spec(LearnOptions("t4", model="mlp", rounding="stochastic"))[0])
+    L = build_learner(reference_spec("t4", "mlp", rounding="stochastic"))
     x, t = task_codes(L, make_task("t4", 1))
     check(simulate_learner(L, x, t, work=tmp_path, simulator=simulator, seed=7), 10_000)
 
@@ -317,9 +317,9 @@ def test_time_multiplexed_mlp_is_bit_exact(tmp_path, sizes, lanes):
 
 def test_mlp_lanes_are_chosen_from_the_dsp_budget():
     from bitforge.toolchain.backends.rtl.learner_mlp import choose_lanes, folded_multipliers, lanes_for
-    from bitforge.toolchain.learn.commands import LearnOptions, fixed_spec
+    from bitforge.models.online_learners import reference_spec
 
-    t4 = build_learner(fixed_spec(LearnOptions("t4", model="mlp"))[0])
+    t4 = build_learner(reference_spec("t4", "mlp"))
     assert choose_lanes(t4, 6840) is None  # 560 multipliers fit an xcvu9p: fully parallel
     lanes = choose_lanes(t4, 156)  # an ECP5-85F has 156; half of them are kept as routing headroom
     assert lanes == 2 and folded_multipliers((16, 16, 1), lanes) <= 78
@@ -334,8 +334,8 @@ def test_mlp_lanes_are_chosen_from_the_dsp_budget():
 
 @pytest.mark.slow
 def test_mlp_t1_reference_10000_samples_on_icarus(tmp_path):
-    from bitforge.toolchain.learn.commands import LearnOptions, fixed_spec
+    from bitforge.models.online_learners import reference_spec
 
-    L = build_learner(fixed_spec(LearnOptions("t1", model="mlp"))[0])
+    L = build_learner(reference_spec("t1", "mlp"))
     x, t = task_codes(L, make_task("t1", 2, n=10_000))
     check(simulate_learner(L, x, t, work=tmp_path, simulator="icarus", seed=9), 10_000)

@@ -29,7 +29,7 @@ import numpy as np
 from .. import fixed
 from . import emulate as emulate_learn
 from ..fixed import FixedType
-from .spec import LearnerError, LearnerFormats, LearnerSpec, UpdateRule, build_learner
+from .spec import LearnerError, LearnerFormats, LearnerSpec, build_learner
 
 P_BITS = 12
 SIGMOID_STEP = 2.0 ** -5
@@ -62,14 +62,9 @@ def sigmoid_table() -> np.ndarray:
 
 
 def a2c_spec(config, datapath: str, guard_bits: int = 8, rounding: str = "nearest", seed: int = 0) -> LearnerSpec:
-    """The fixed-point twin of ``config.spec`` (a float :class:`FloatLearnerSpec`) at ``datapath``."""
-    ref = config.spec
-    lr = round(-math.log2(ref.eta))
-    if 2.0 ** -lr != ref.eta:
-        raise LearnerError(f"A2C eta {ref.eta}: the learner applies it as a right shift, give a power of two")
-    formats = LearnerFormats.make(datapath, guard_bits=guard_bits)
-    return LearnerSpec(ref.model, ref.sizes, ref.grid_range, ref.grid_size, ref.order, "closed_form", formats,
-                       UpdateRule(lr, rounding), seed=seed)
+    """``config.spec`` (the float reference's learner) at ``datapath``, with its update rounding and init seed."""
+    return config.spec.replace(formats=LearnerFormats.make(datapath, guard_bits=guard_bits), rounding=rounding,
+                               seed=seed)
 
 
 def run_a2c_fixed(config, datapath: str = "fixed<16,6>", seeds: Sequence[int] = (0,), guard_bits: int = 8,

@@ -20,7 +20,7 @@ import json
 import math
 import statistics
 import warnings
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -143,17 +143,16 @@ def merge_results(earlier: list[OnlineBenchResult], res: OnlineBenchResult) -> O
 
 # -- accuracy ---------------------------------------------------------------------------------------------
 
-def _fixed_run(task, opts) -> dict:
-    from .commands import _metrics, fixed_spec
+def _fixed_run(task, spec) -> dict:
+    from .run import code_metrics
     from .spec import build_learner
 
-    spec, _ = fixed_spec(opts)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # dead-zone warnings at narrow datapaths: the numbers say it
         learner = build_learner(spec)
     f = spec.formats
     traj = emulate_learn.run(learner, quantize(task.x, f.input), quantize(task.target, f.datapath))
-    return _metrics(task, traj.predictions, f.datapath.lsb)
+    return code_metrics(task, traj.predictions, f.datapath.lsb)
 
 
 def _mean_metrics(runs: list[dict]) -> dict:
@@ -170,7 +169,8 @@ def accuracy_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]
     from bitforge.models.online_learners import reference_spec, run_prequential
     from bitforge.models.online_tasks import make_task
 
-    from .commands import LearnOptions, _metrics, accuracy_row, format_label
+    from .run import accuracy_row, code_metrics, format_label
+    from .spec import LearnerFormats
 
     rows = []
     for task_name in options.tasks:
@@ -178,7 +178,7 @@ def accuracy_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]
         for model in MODELS:
             progress(f"accuracy: {task_name} {model} over seeds {list(options.seeds)}")
             ref = reference_spec(task_name, model)
-            float_m = _mean_metrics([_metrics(t, run_prequential(ref, t, seed=s), 1.0)
+            float_m = _mean_metrics([code_metrics(t, run_prequential(ref, t, seed=s), 1.0)
                                      for t, s in zip(tasks, options.seeds)])
             variants = [(dp, "nearest") for dp in options.datapaths if dp != "float"]
             if "fixed<8,4>" in options.datapaths:
@@ -188,8 +188,8 @@ def accuracy_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]
                 rows.append({**accuracy_row(task_name, model, "float", params, float_m), "datapath": "float",
                              "rounding": "-", **float_m, "mse_vs_float": 1.0, "score_vs_float": 1.0})
             for dp, rounding in variants:
-                m = _mean_metrics([_fixed_run(t, LearnOptions(task=task_name, model=model, datapath=dp,
-                                                              rounding=rounding, seed=s))
+                formats = LearnerFormats.make(dp, guard_bits=8)
+                m = _mean_metrics([_fixed_run(t, ref.replace(formats=formats, rounding=rounding, seed=s))
                                    for t, s in zip(tasks, options.seeds)])
                 rows.append({**accuracy_row(task_name, model, format_label(dp, rounding), params, m), "datapath": dp, "rounding": rounding, **m,
                              "mse_vs_float": m["mean_mse"] / float_m["mean_mse"],
@@ -201,11 +201,13 @@ def t5_config(model: str, episodes: int):
     """T5's A2C configuration per model. Reward 2**-4 per step keeps V (up to reward / (1 - gamma) = 8) inside
     the narrow datapaths; eta 2**-3 and critic weight 2**-4 then give exactly the dynamics of reward 1, eta
     2**-7, weight 1 (the actor's step scales with delta, the critic's relative step does not)."""
-    from bitforge.models.online_learners import A2CConfig, FloatLearnerSpec
+    from bitforge.models.online_learners import A2CConfig
 
-    spec = A2CConfig().spec if model == "kan" else FloatLearnerSpec("mlp", (4, 16, 3), eta=2.0 ** -3)
+    from .spec import LearnerSpec, UpdateRule
+
+    spec = A2CConfig().spec if model == "kan" else LearnerSpec("mlp", (4, 16, 3), rule=UpdateRule(3))
     if model == "kan":
-        spec = replace(spec, eta=2.0 ** -3)
+        spec = spec.replace(lr_shift=3)
     return A2CConfig(spec=spec, reward=2.0 ** -4, critic_weight=2.0 ** -4, max_episodes=episodes)
 
 
@@ -213,7 +215,7 @@ def t5_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
     from bitforge.models.online_learners import run_a2c
 
     from .a2c import run_a2c_fixed
-    from .commands import format_label
+    from .run import format_label
 
     rows = []
     for model in MODELS:
@@ -226,7 +228,7 @@ def t5_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
                 w = cfg.window
                 best = max((statistics.fmean(returns[i - w:i]) for i in range(w, len(returns) + 1)), default=None)
                 rows.append({"task": "t5", "model": model, "format": format_label(dp), "seed": s,
-                             "params": sum(math.prod(sh) for sh in cfg.spec.param_shapes()),
+                             "params": cfg.spec.n_params,
                              "episodes": len(returns), "solved_at": solved, "best_100_mean": best,
                              "last_100_mean": statistics.fmean(returns[-w:]) if returns else None,
                              "target": cfg.target})
@@ -242,7 +244,7 @@ def _implement_learner(learner, name: str, target: str, work: Path, progress: Pr
     from ..flows.cache import StageNotCached
     from ..flows.implement import TimingWarning, implement
     from ..flows.targets import DoesNotFit, get_target
-    from .commands import hardware_row, learner_pnr_options
+    from .run import hardware_row, learner_pnr_options
     from ..verify.simulate_learner import generate_learner, write_sources
 
     from ..backends.rtl.learner_mlp import choose_lanes
@@ -286,10 +288,11 @@ def _implement_learner(learner, name: str, target: str, work: Path, progress: Pr
 
 
 def _learner(task: str, model: str, **over):
-    from .commands import LearnOptions, fixed_spec
-    from .spec import build_learner
+    from bitforge.models.online_learners import reference_spec
 
-    spec, _ = fixed_spec(LearnOptions(task=task, model=model))
+    from .spec import LearnerFormats, build_learner
+
+    spec = reference_spec(task, model, formats=LearnerFormats.make("fixed<16,6>", guard_bits=8))
     if over:  # all at once: a large G is only valid with the formats and grid that come with it
         spec = spec.replace(**{k: v for k, v in over.items() if v is not None})
     with warnings.catch_warnings():

@@ -43,6 +43,7 @@ from ..fixed import FixedType, Overflow, Rounding, clog2, out_of_range, parse_ty
 __all__ = [
     "LearnerError", "LearnerWarning", "UpdateRule", "LearnerFormats", "LearnerSpec", "Learner", "build_learner",
     "save_learner", "load_learner", "lane_seeds", "dead_zone_error", "LFSR_WIDTH", "LFSR_TAPS", "ROUNDINGS",
+    "init_params", "greville", "nearest_lr_shift", "find_learner",
 ]
 
 #: Update roundings: "nearest" is RND_CONV on the discarded bits; "stochastic" adds an LFSR word first.
@@ -190,13 +191,18 @@ INITS = ("linear", "normal", "uniform", "zeros")
 class LearnerSpec:
     """A learner: model kind, layer sizes, KAN grid, formats and update rule, initial state's seed.
 
+    The one spec of an online learner: the bit-accurate learner (:func:`build_learner`) and the float reference
+    (``bitforge.models.online_learners.OnlineLearner``, which reads the kind, sizes, grid, init and
+    ``rule.eta`` and ignores the formats) take the same object, so a comparison cannot drift apart.
+
     ``sizes`` lists the widths ``[d_in, hidden..., d_out]``. KAN: every layer has G cells on ``grid_range``
     and order k (1..3 for "closed_form", 1..5 for "table"). MLP: Dense + ReLU between layers, none after
-    the last. ``init`` (drawn from ``np.random.default_rng(seed)`` in the float reference's order, so that
-    ``bitforge.models.online_learners.init_params`` gives the same numbers before rounding): "linear" (the
-    KAN default: hidden edges phi(x) = w x, w ~ N(0, 1/d_in), through the Greville abscissae; the output
-    layer zero, the LMS starting point), "uniform" (the MLP default: U(+-1/sqrt(fan_in)), PyTorch's Linear),
-    "normal" (N(0, init_scale^2), scale 0.1 by default), "zeros".
+    the last. The learning rate is ``rule.lr_shift``: eta = 2**-lr_shift, a right shift on chip, so only
+    powers of two exist (:func:`nearest_lr_shift` rounds any other eta). ``init`` (drawn by
+    :func:`init_params` from ``np.random.default_rng(seed)``): "linear" (the KAN default: hidden edges
+    phi(x) = w x, w ~ N(0, 1/d_in), through the Greville abscissae; the output layer zero, the LMS starting
+    point), "uniform" (the MLP default: U(+-1/sqrt(fan_in)), PyTorch's Linear), "normal" (N(0, init_scale^2),
+    scale 0.1 by default), "zeros".
     """
 
     kind: str = "kan"
@@ -244,6 +250,23 @@ class LearnerSpec:
     @property
     def n_layers(self) -> int:
         return len(self.sizes) - 1
+
+    @property
+    def eta(self) -> float:
+        """The learning rate, 2**-lr_shift."""
+        return self.rule.eta
+
+    def param_shapes(self) -> list[tuple[int, ...]]:
+        """KAN: one ``(out, in, G+k)`` coefficient array per layer; MLP: ``(out, in)`` weight, ``(out,)`` bias."""
+        shapes: list[tuple[int, ...]] = []
+        for d_in, d_out in zip(self.sizes[:-1], self.sizes[1:]):
+            shapes += [(d_out, d_in, self.grid_size + self.order)] if self.kind == "kan" else [(d_out, d_in), (d_out,)]
+        return shapes
+
+    @property
+    def n_params(self) -> int:
+        """Learned values: every coefficient (KAN) or weight and bias (MLP) the update rule writes."""
+        return sum(math.prod(s) for s in self.param_shapes())
 
     def replace(self, **changes) -> "LearnerSpec":
         """A copy with fields changed; ``lr_shift=``, ``rounding=``, ``lfsr_seed=`` change the rule."""
@@ -348,11 +371,23 @@ class Learner:
         """Same state, rule fields changed (``lr_shift=``, ``rounding=``, ``lfsr_seed=``, ``rand_bits=``)."""
         return Learner(self.graph, self.spec.replace(**changes))
 
-    def inference_graph(self) -> ir.Graph:
+    def inference_graph(self, float_input: bool = False) -> ir.Graph:
         """The graph the learner predicts with: coefficients read into ``formats.coeff`` (storage -> coeff with
-        coeff's rounding and overflow), accumulators set. ``emulate.run`` on it gives the learner's predictions."""
+        coeff's rounding and overflow), accumulators set. ``emulate.run`` on it gives the learner's predictions.
+
+        ``float_input``: the graph takes real values, as a compiled model does, and its first node quantizes them
+        into ``formats.input`` (the rounding and saturation a learning stream's inputs get); without it the graph
+        takes input codes."""
         f = self.formats
         g = self.graph.copy()
+        if float_input:
+            x = g.inputs[0]
+            q = f"{x}_q"
+            g.nodes = [ir.Quantize("quantize_input", (x,), (q,))] + [
+                dataclasses.replace(n, inputs=tuple(q if t == x else t for t in n.inputs)) for n in g.nodes]
+            g.tensors = {x: ir.TensorSpec(x, g.tensors[x].shape, None),
+                         q: ir.TensorSpec(q, g.tensors[x].shape, g.tensors[x].dtype),
+                         **{k: v for k, v in g.tensors.items() if k != x}}
         nodes = []
         for n in g.nodes:
             x_t = g.tensors[n.input].dtype
@@ -369,15 +404,31 @@ class Learner:
         return ir.validate(g)
 
 
-def _greville(spec: LearnerSpec) -> np.ndarray:
-    """Knot averages of the G+k bases: sum_j greville_j B_j(x) = x on the grid (linear precision)."""
+def greville(spec: LearnerSpec) -> np.ndarray:
+    """Knot averages of the G+k bases: sum_j greville_j B_j(x) = x on the grid (linear precision).
+
+    Basis j spans knots t_j..t_{j+k+1}, t_j = lo + (j - k) h; its Greville point is the mean of the k inner knots
+    t_{j+1}..t_{j+k}, i.e. lo + (j - (k - 1) / 2) h."""
     lo, hi = spec.grid_range
     h = (hi - lo) / spec.grid_size
     return lo + (np.arange(spec.grid_size + spec.order) - (spec.order - 1) / 2.0) * h
 
 
+def init_params(spec: LearnerSpec, seed: Optional[int] = None) -> list[np.ndarray]:
+    """The initial parameters in float64, in :meth:`LearnerSpec.param_shapes` order, drawn from
+    ``np.random.default_rng(seed)`` (default ``spec.seed``) layer by layer (see :class:`LearnerSpec`'s ``init``).
+
+    The float reference and :func:`build_learner` both start here, so they start from the same numbers (the
+    fixed-point learner rounds them into its storage format)."""
+    rng = np.random.default_rng(spec.seed if seed is None else seed)
+    out: list[np.ndarray] = []
+    for layer in range(spec.n_layers):
+        out += _initial(spec, layer, rng)
+    return out
+
+
 def _initial(spec: LearnerSpec, layer: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Float initial arrays of one layer (KAN: [coeffs]; MLP: [weight, bias]), float reference's draw order."""
+    """Float initial arrays of one layer (KAN: [coeffs]; MLP: [weight, bias])."""
     d_in, d_out = spec.sizes[layer], spec.sizes[layer + 1]
     shapes = [(d_out, d_in, spec.grid_size + spec.order)] if spec.kind == "kan" else [(d_out, d_in), (d_out,)]
     if spec.init == "zeros":
@@ -386,11 +437,26 @@ def _initial(spec: LearnerSpec, layer: int, rng: np.random.Generator) -> list[np
         if layer == spec.n_layers - 1:
             return [np.zeros(shapes[0])]
         w = rng.normal(0.0, 1.0 / math.sqrt(d_in), size=(d_out, d_in))
-        return [w[:, :, None] * _greville(spec)[None, None, :]]
+        return [w[:, :, None] * greville(spec)[None, None, :]]
     if spec.init == "normal":
         return [rng.normal(0.0, 0.1 if spec.init_scale is None else spec.init_scale, size=s) for s in shapes]
     bound = 1.0 / math.sqrt(d_in) if spec.init_scale is None else spec.init_scale
     return [rng.uniform(-bound, bound, size=s) for s in shapes]
+
+
+def nearest_lr_shift(eta: float) -> int:
+    """The shift whose 2**-shift is nearest to ``eta`` on a log scale (0.1 -> 3, i.e. 0.125): the learner applies
+    its learning rate as a right shift, so only powers of two exist."""
+    try:
+        eta = float(eta)
+    except (TypeError, ValueError):
+        raise LearnerError(f"learning rate {eta!r} is not a number") from None
+    if not (math.isfinite(eta) and eta > 0):
+        raise LearnerError(f"learning rate {eta} must be a positive number (eta = 2**-N, N = 0..40)")
+    shift = round(-math.log2(eta))
+    if not 0 <= shift <= 40:
+        raise LearnerError(f"learning rate {eta} is outside 2**-40..1 (eta = 2**-N, N = 0..40: a right shift by N)")
+    return shift
 
 
 def _storage_codes(values, spec: LearnerSpec, where: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -406,37 +472,34 @@ def _storage_codes(values, spec: LearnerSpec, where: str, shape: tuple[int, ...]
     return quantize(v, st)
 
 
-def _split_initial(spec: LearnerSpec, initial: Optional[Sequence]) -> Optional[list[list]]:
-    """Per-layer lists from either per-layer entries or the float reference's flat parameter list."""
-    if initial is None:
-        return None
+def _split_initial(spec: LearnerSpec, initial: Sequence) -> list[list]:
+    """Per-layer lists from either per-layer entries or the flat :func:`init_params` list."""
     per = 1 if spec.kind == "kan" else 2
     flat = list(initial)
     if len(flat) == spec.n_layers * per:  # KAN: one array per layer; MLP: the flat [w0, b0, w1, b1, ...]
         return [flat[per * j: per * (j + 1)] for j in range(spec.n_layers)]
     if per == 2 and len(flat) == spec.n_layers:  # MLP: [(w0, b0), (w1, b1), ...]
         return [list(v) for v in flat]
-    raise LearnerError(f"initial values: expected {spec.n_layers} layers (or {spec.n_layers * per} arrays in the "
-                       f"float reference's order), found {len(flat)} entries")
+    raise LearnerError(f"initial values: expected {spec.n_layers} layers (or {spec.n_layers * per} arrays in "
+                       f"init_params order), found {len(flat)} entries")
 
 
 def build_learner(spec: LearnerSpec, initial: Optional[Sequence] = None, name: Optional[str] = None) -> Learner:
     """The learner's graph with its initial state.
 
     ``initial`` optionally gives float initial values per layer (KAN: the ``(out, in, G+k)`` coefficients;
-    MLP: ``(weight (out, in), bias (out,))``), or the float reference's flat list (``init_params``), e.g. to
-    start from the same point as a float reference; otherwise they are drawn from ``spec.seed`` (see
-    :class:`LearnerSpec`). Values are rounded into the storage format.
+    MLP: ``(weight (out, in), bias (out,))``), or the flat :func:`init_params` list, e.g. another seed's or a
+    trained float network's; otherwise :func:`init_params` draws them from ``spec.seed`` (the float reference's
+    starting point). Values are rounded into the storage format.
     """
     f = spec.formats
-    rng = np.random.default_rng(spec.seed)
-    per_layer = _split_initial(spec, initial)
+    per_layer = _split_initial(spec, init_params(spec) if initial is None else initial)
     x = ir.TensorSpec("x", (spec.sizes[0],), f.input)
     layers: list[tuple[ir.Node, ir.TensorSpec]] = []
     x_t = f.input
     for j, (d_in, d_out) in enumerate(zip(spec.sizes[:-1], spec.sizes[1:])):
         last = j == spec.n_layers - 1
-        vals = per_layer[j] if per_layer is not None else _initial(spec, j, rng)
+        vals = per_layer[j]
         if spec.kind == "kan":
             shape = (d_out, d_in, spec.grid_size + spec.order)
             lo, hi = spec.grid_range
@@ -563,6 +626,24 @@ def load_learner(folder: Union[str, os.PathLike]) -> Learner:
                            f"{want}); the files were edited by hand or come from another bitforge")
     g.metadata = {k: v for k, v in g.metadata.items() if k != METADATA_KEY}
     return Learner(ir.validate(g), spec)
+
+
+def find_learner(path: Union[str, os.PathLike]) -> Optional[Path]:
+    """The learner IR folder that ``path`` names, or None when it names none: ``path`` itself when its
+    ``model.json`` holds a learner, or ``path/final`` (the state after the stream) when ``path`` is a
+    ``bitforge learn`` output folder."""
+    path = Path(path)
+    for folder in (path, path / "final"):
+        mj = folder / "model.json"
+        if mj.is_file():
+            try:
+                doc = json.loads(mj.read_text())
+            except (OSError, json.JSONDecodeError):
+                return None  # ir.load says what is wrong with it
+            if isinstance(doc, dict) and METADATA_KEY in (doc.get("metadata") or {}):
+                return folder
+            return None
+    return None
 
 
 def _strip(g: ir.Graph) -> ir.Graph:

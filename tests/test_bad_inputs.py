@@ -303,7 +303,10 @@ CASES = {
     # -- emulate ---------------------------------------------------------------------------------------------
     "emulate missing folder": bad("emulate nope --input x.npy -o y.npy", "nope", setup=X),
     "emulate missing input": bad(f"emulate {KT} --input gone.npy -o y.npy", "gone.npy", "no such file"),
-    "emulate input not npy": bad(f"emulate {KT} --input x.txt -o y.npy", "x.txt", setup=write("x.txt", "1 2 3")),
+    "emulate input not npy": bad(f"emulate {KT} --input x.txt -o y.npy", "x.txt", "numpy.save",
+                                 setup=write("x.txt", "1 2 3")),
+    "emulate input truncated": bad(f"emulate {KT} --input x.npy -o y.npy", "x.npy", "numpy.save",
+                                   setup=both(X, truncate("x.npy"))),
     "emulate input pickled": bad(f"emulate {KT} --input x.npy -o y.npy", "x.npy",
                                  setup=npy("x.npy", np.array([{"a": 1}], dtype=object))),
     "emulate input wrong width": bad(f"emulate {KT} --input x.npy -o y.npy", "x.npy", "shape",

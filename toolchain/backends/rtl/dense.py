@@ -109,10 +109,13 @@ def folded_tiling(n_in: int, n_out: int, reuse: int) -> FoldedTiling:
     """The module's tiling(): the T in 1 .. min(R, n_in) with the fewest multipliers, then the fewest groups
     (each group has its own accumulator and requantizer), then the smallest T."""
     best: Optional[tuple[int, int]] = None  # (multipliers, groups): the first T that reaches it wins
-    for t in range(1, min(reuse, n_in) + 1):
-        g = -(-n_out // (reuse // t))
-        if best is None or (-(-n_in // t) * g, g) < best:
-            best, t0 = (-(-n_in // t) * g, g), t
+    top, t = min(reuse, n_in), 1
+    while t <= top:  # only where ceil(n_in / T) or R // T changes: between, T costs the same and comes later
+        a, r = -(-n_in // t), reuse // t
+        g = -(-n_out // r)
+        if best is None or (a * g, g) < best:
+            best, t0 = (a * g, g), t
+        t = min((n_in - 1) // (a - 1) if a > 1 else top, reuse // r, top) + 1
     g = best[1]
     s = -(-n_in // t0)
     return FoldedTiling(s=s, g=g, t=-(-n_in // s), q=-(-n_out // g))
@@ -275,15 +278,16 @@ def _signal_name(plan: SharedPlan, sig: int, stage: int) -> str:
     return base if stage == plan.pipe.stage[sig] else f"{base}_r{stage}"
 
 
-def _operand(plan: SharedPlan, sig: int, shift: int, width: int, stage: int) -> list[dict]:
-    """Concatenation parts (most significant first) that put ``sig << shift`` in ``width`` bits: its low bits,
-    sign- or zero-extended above when its wire is narrower (only an exact wire is), zeros below."""
+def _operand(plan: SharedPlan, sig: int, shift: int, width: int, stage: int) -> str:
+    """``sig << shift`` in ``width`` bits, as Verilog: its low bits, sign- or zero-extended above when its wire
+    is narrower (only an exact wire is), zeros below. Spelled here rather than by template macros: every adder
+    has two (an 8-bit 784 x 64 layer has some 70,000 adders), and Jinja macro calls cost more than planning."""
     g, w = plan.graph, plan.wires[sig]
     if g.signals[sig].kind == "constant":
-        return [{"kind": "const", "count": width, "value": (g.signals[sig].value << shift) % (1 << width)}]
+        return _constant(width, g.signals[sig].value << shift)
     room = width - shift
     if room <= 0:  # shifted past the kept bits: nothing left of it modulo 2**width
-        return [{"kind": "zeros", "count": width}]
+        return f"{width}'d0"
     src, have = _signal_name(plan, sig, stage), plan.pipe.width_in(sig, stage, w)
     take = min(have, room)
     parts = []
@@ -291,12 +295,21 @@ def _operand(plan: SharedPlan, sig: int, shift: int, width: int, stage: int) -> 
         if not (w.exact and have == w.width):  # wires() and pipeline() rule it out: a reader gets what it needs
             raise RtlError(f"internal: signal {sig} has {have} bits in stage {stage} but is read as {room}")
         ext = room - have
-        parts.append({"kind": "sign", "count": ext, "src": src, "bit": have - 1} if w.signed
-                     else {"kind": "zeros", "count": ext})
-    parts.append({"kind": "whole", "src": src} if take == have else {"kind": "low", "src": src, "bit": take - 1})
+        if not w.signed:
+            parts.append(f"{ext}'d0")
+        elif ext == 1:
+            parts.append(f"{src}[{have - 1}]")
+        else:
+            parts.append(f"{{ {ext}{{ {src}[{have - 1}]}} }}")
+    parts.append(src if take == have else f"{src}[{take - 1}:0]")
     if shift:
-        parts.append({"kind": "zeros", "count": shift})
-    return parts
+        parts.append(f"{shift}'d0")
+    return parts[0] if len(parts) == 1 else "{" + ", ".join(parts) + "}"
+
+
+def _constant(width: int, value: int) -> str:
+    """``value`` modulo 2**width as a sized hex literal."""
+    return f"{width}'h{value % (1 << width):x}"
 
 
 def _output_sum(plan: SharedPlan, s: DenseSpec, o: int) -> dict:
@@ -310,7 +323,7 @@ def _output_sum(plan: SharedPlan, s: DenseSpec, o: int) -> dict:
     row = {"index": o, "sum_w": width, "sum_signed": signed, "negate": False}
     if t is None or g.signals[t.signal].kind == "constant":  # no weights: the bias (or zero) is the sum
         value = lo  # lo == hi
-        return {**row, "sum": [{"kind": "const", "count": width, "value": value % (1 << width)}]}
+        return {**row, "sum": _constant(width, value)}
     return {**row, "negate": t.negative, "sum": _operand(plan, t.signal, t.shift, width, last)}
 
 
@@ -321,10 +334,11 @@ def shared_context(s: DenseSpec, plan: SharedPlan, ports: Ports) -> dict:
     read_by_any = {op for n in g.signals if n.is_add for op in (n.x, n.y)} | {
         t.signal for t in g.outputs if t is not None}
     read = [i for i in range(g.n_in) if i in read_by_any]
+    is_read = set(read)
     inputs = [{"name": f"x{i}", "lsb": i * s.x_type.width, "width": wires[i].width} for i in read]
     unread = []
     for i in range(g.n_in):
-        kept = wires[i].width if i in read else 0
+        kept = wires[i].width if i in is_read else 0
         if kept < s.x_type.width:
             unread.append({"lo": i * s.x_type.width + kept, "hi": (i + 1) * s.x_type.width - 1})
     levels = [0, *pipe.cuts, g.depth()]

@@ -64,10 +64,26 @@ def choose_reuse(g: Graph, nodes: list, budget: Budget, operand_bits: tuple[int,
         # The folded form's own count: ceil(P / R) on friendly shapes, up to 1.5x on awkward ones (padding).
         return sum(FOLDABLE[by_name[name].OP](by_name[name], min(ii, p)) for name, p in products.items())
 
-    # The count is not monotonic in R on awkward shapes, so scan upwards: the first II that fits wins.
-    ii = next((r for r in range(1, max(products.values()) + 1) if needed(r) <= capacity), max(products.values()))
+    # The count is not monotonic in R on awkward shapes, so scan upwards: the first II that fits wins. A folded
+    # layer computes its P products in at most R cycles, so it has at least ceil(P / R) multipliers: no II
+    # below the first where those bounds fit can fit, and the scan starts there (a 40,000-product layer on a
+    # part with 4 multipliers would otherwise count 10,000 tilings).
+    most = max(products.values())
+    ii = next((r for r in range(_first_possible(list(products.values()), capacity), most + 1)
+               if needed(r) <= capacity), most)
     reuse = {name: min(ii, p) for name, p in products.items()}
     used = needed(ii)
     text = (f"{sum(products.values())} products per sample; budget {capacity} multipliers "
             f"({dsp_mults} in DSP blocks, {lut_mults} in LUTs); reuse {ii} -> {used} multipliers, II {ii}")
     return ReuseChoice(reuse, ii, used, capacity, text)
+
+
+def _first_possible(products: list[int], capacity: int) -> int:
+    """The smallest II at which the layers' least multiplier counts, ceil(P / min(II, P)) each, fit the
+    capacity (1 if they always do); those bounds only fall as II grows, so a bisection finds it."""
+    fits = lambda ii: sum(-(-p // min(ii, p)) for p in products) <= capacity  # noqa: E731
+    lo, hi = 1, max(products)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
+    return lo

@@ -239,3 +239,15 @@ def test_a_corrupt_archive_is_one_line_without_torchs_log_traceback(clean_pt2, t
     text = cap.out + cap.err
     assert code == 2 and "Traceback" not in text and "broken.pt2" in text and "models/model.json" in text, text
     assert len(text.strip().splitlines()) <= 4, text
+
+
+def test_torchs_own_log_traceback_is_not_printed(clean_pt2, tmp_path, capfd):
+    """An archive that passes the checks but that torch's deserializer rejects (here a schema version from the
+    future): torch logs a warning with a 20-line traceback before raising; bitforge prints the cause in one line.
+    ``capfd``: torch's log handler writes to the process's stderr, not to sys.stderr's replacement."""
+    path = tmp_path / "future.pt2"
+    rewrite(clean_pt2, path, edit_json("models/model.json", lambda d: d["schema_version"].update(major=999)))
+    code = main(["inspect", str(path)])
+    text = "".join(capfd.readouterr())
+    assert code == 2 and "Traceback" not in text and "SerializeError" in text and "future.pt2" in text, text
+    assert len(text.strip().splitlines()) == 1, text

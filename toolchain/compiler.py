@@ -296,13 +296,15 @@ def _compile_into(tmp: Path, loaded: LoadedModel, g: Graph, warnings: list, opti
                 f"first: {json.dumps(result.first_mismatch)}. This is a bitforge bug.")
     if "rtl" in options.to:
         progress("generating Verilog")
-        report["rtl"] = write_rtl(g, tmp, options)
+        report["rtl"] = write_rtl(g, tmp, options, progress)
     _write_report(tmp, report, t0)
     return report
 
 
-def write_rtl(g: Graph, folder: Path, options: CompileOptions) -> dict:
-    """Generate the design into ``folder/rtl`` (generated files, the library modules it uses, manifest.json)."""
+def write_rtl(g: Graph, folder: Path, options: CompileOptions,
+              progress: Callable[[str], None] = lambda msg: None) -> dict:
+    """Generate the design into ``folder/rtl`` (generated files, the library modules it uses, manifest.json);
+    ``progress`` hears of each layer as it is built."""
     from .backends.rtl.generate import RtlOptions, generate, hardware_chain, library_source
 
     reuse_map, explanation = None, None
@@ -317,7 +319,7 @@ def write_rtl(g: Graph, folder: Path, options: CompileOptions) -> dict:
         choice = choose_reuse(g, chain, get_target(options.target).multiplier_budget(), bits)
         reuse_map, explanation = choice.reuse, choice.explanation
     design = generate(g, RtlOptions(reuse=reuse_map if reuse_map is not None else options.reuse,
-                                    target=options.target))
+                                    target=options.target), progress)
     rtl = folder / "rtl"
     rtl.mkdir()
     for name, text in sorted(design.files.items()):

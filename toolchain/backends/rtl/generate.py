@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Mapping, Optional, Union
+from typing import Callable, Mapping, Optional, Union
 
 from ...ir import Graph, Quantize
 from ...resources import rtl_library
@@ -110,8 +110,10 @@ def hardware_chain(g: Graph) -> list:
     return nodes
 
 
-def generate(g: Graph, options: RtlOptions = RtlOptions()) -> RtlDesign:
-    """Generate the design; ``options.reuse`` must be resolved (an integer or a node -> factor mapping)."""
+def generate(g: Graph, options: RtlOptions = RtlOptions(),
+             progress: Callable[[str], None] = lambda msg: None) -> RtlDesign:
+    """Generate the design; ``options.reuse`` must be resolved (an integer or a node -> factor mapping).
+    ``progress`` hears of each layer before it is built (a wide layer takes seconds)."""
     if options.reuse == "auto":
         raise RtlError("resolve --reuse auto with reuse.choose_reuse before generating (the compiler does)")
     chain = hardware_chain(g)
@@ -121,7 +123,8 @@ def generate(g: Graph, options: RtlOptions = RtlOptions()) -> RtlDesign:
     library = {"bf_skid_buffer.v", "bf_serialize.v", "bf_deserialize.v"}
     nets = []
     latency, ii = 0, 1
-    for i, (n, relu) in enumerate(_fuse_relus(chain, options)):
+    fused = _fuse_relus(chain, options)
+    for i, (n, relu) in enumerate(fused):
         emit = stages.EMITTERS.get(n.OP)
         if emit is None:
             raise RtlError(f"{n.describe()}: no RTL form for op {n.OP}; ops with one: {', '.join(sorted(stages.EMITTERS))}")
@@ -131,6 +134,8 @@ def generate(g: Graph, options: RtlOptions = RtlOptions()) -> RtlDesign:
                       f"s{i}_out_valid", f"s{i}_out_ready", f"s{i}_out_data")
         req = StageRequest(g, n, x.dtype, math.prod(x.shape), g.tensors[n.output].dtype, math.prod(y.shape), ports,
                            f"u{i}_{verilog_name(n.name)}", r, relu_type=y.dtype if relu else None)
+        progress(f"Verilog for layer {i + 1}/{len(fused)}: {n.describe()}{' + ReLU' if relu else ''} "
+                 f"({req.in_count} -> {req.out_count}, reuse {r})")
         st: Stage = emit(req)
         instances.append(st.instance)
         library.update(st.library)

@@ -177,6 +177,79 @@ def test_matrix_sharing_needs_fewer_adders_than_digits_on_a_dense_matrix():
     assert n["matrix"] < n["column"] <= n["none"] < digits
 
 
+def recounted_cse(w, x_lo, x_hi, offsets, share):
+    """The greedy CSE done the slow, obvious way: recount every pair of every output before each pick.
+
+    Returns the signals it creates (inputs, constants, then one adder per pick), which must be the planner's
+    first signals: its incremental counts, group-local relinking and lazy heap only make it faster.
+    """
+    n_out, n_in = w.shape
+    signals = [ag.Signal("input", index=i) for i in range(n_in)]
+    forms, column, made = [{i: 1} for i in range(n_in)], list(range(n_in)), {}
+
+    def signal(s, form, col):
+        if s not in made:
+            made[s] = len(signals)
+            signals.append(s), forms.append(form), column.append(col)
+        return made[s]
+
+    outputs = []
+    for o in range(n_out):
+        terms = [(i, k, d < 0) for i in range(n_in) for k, d in enumerate(ag.csd_digits(int(w[o, i]))) if d]
+        if offsets[o]:
+            v = abs(offsets[o])
+            k = (v & -v).bit_length() - 1
+            terms.append((signal(ag.Signal("constant", value=v >> k), {}, None), k, offsets[o] < 0))
+        outputs.append(dict(enumerate(terms)))
+    next_id = 1 + max([0] + [max(t, default=0) for t in outputs])
+
+    def combined(a, b, d, sub):
+        form = dict(forms[a])
+        for i, c in forms[b].items():
+            form[i] = form.get(i, 0) + (-1 if sub else 1) * (c << d)
+        return {i: c for i, c in form.items() if c}
+
+    def cost(k):  # the adder's result bits above the d it passes through
+        return ag.range_width(*ag.form_range((combined(*k), 0), x_lo, x_hi)) - k[2]
+
+    while True:
+        occurrences = {}
+        for o, terms in enumerate(outputs):
+            ids = sorted(t for t in terms if signals[terms[t][0]].kind != "constant")
+            for i, p in enumerate(ids):
+                for q in ids[i + 1:]:
+                    (a, s1, n1), (b, s2, n2) = sorted((terms[p], terms[q]), key=lambda t: (t[1], t[0]))
+                    if (a, s1) != (b, s2) and (share == "matrix" or column[a] == column[b]):
+                        occurrences.setdefault((a, b, s2 - s1, n1 != n2), []).append((o, p, q))
+        frequent = [k for k, occ in occurrences.items() if len(occ) >= 2]
+        if not frequent:
+            return signals
+        best = min(frequent, key=lambda k: (-len(occurrences[k]), cost(k), k))
+        a, b, d, sub = best
+        node = signal(ag.Signal("add", x=a, y=b, y_shift=d, subtract=sub), combined(*best),
+                      column[a] if column[a] == column[b] else None)
+        for o, p, q in sorted(occurrences[best]):
+            terms = outputs[o]
+            if p in terms and q in terms:  # else it overlaps an occurrence replaced before it
+                lo = min(terms[p], terms[q], key=lambda t: (t[1], t[0]))
+                del terms[p], terms[q]
+                terms[next_id] = (node, lo[1], lo[2])
+                next_id += 1
+
+
+@pytest.mark.parametrize("share", ["matrix", "column"])
+@pytest.mark.parametrize("seed", range(4))
+def test_incremental_sharing_picks_what_recounting_picks(share, seed):
+    rng = np.random.default_rng(100 + seed)
+    n_out, n_in = (9, 6) if seed % 2 else (5, 11)
+    w = random_matrix(rng, n_out, n_in, -21, 21, zeros=0.2)  # few digit patterns: many ties and overlaps
+    offsets = [int(v) for v in rng.integers(-300, 300, size=n_out)]
+    want = recounted_cse(w, -16, 15, offsets, share)
+    g = ag.build(w, -16, 15, offsets, ag.GraphOptions(share))
+    assert sum(s.is_add for s in want) >= 5  # the case shares something
+    assert g.signals[:len(want)] == want
+
+
 # -- pipeline -----------------------------------------------------------------------------------------------------
 
 def _check_balanced(g, wl, p, cut_depth, post):

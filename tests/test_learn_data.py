@@ -248,4 +248,4 @@ def test_learn_data_reaches_a_bitstream(tmp_path, npz):
     assert hw["task"] == "stream" and hw["target"] == TARGET and hw["params"] == 2 * 5
 
 
-TARGET = "ice40-up5k"
+TARGET = "ecp5-25f"

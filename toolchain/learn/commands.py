@@ -212,7 +212,7 @@ def add_commands(sub, fmt) -> None:
                 np.savez('stream.npz', X=x, Y=np.sin(3 * x[:, :1]) * x[:, 1:2])"
             bitforge learn --data stream.npz --layers 4,4,1 --lr 0.1 -o out/mine
             bitforge learn --data x.npy,y.npy --model mlp --layers 4,16,1 -o out/mine-mlp
-            bitforge learn --data stream.csv --grid-range=-2,2 --target ice40-up5k -o out/mine-hw
+            bitforge learn --data stream.csv --grid-range=-2,2 --target ecp5-25f -o out/mine-hw
             bitforge emulate out/mine --input x_new.npy -o y.npy   # predict with the learned state
         """).strip(), "  "))
     p.add_argument("task", nargs="?", choices=TASKS, default=None, metavar="TASK",

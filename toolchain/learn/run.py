@@ -9,7 +9,7 @@ metrics, a plot, and on request the RTL trajectory and an implementation. ``bitf
     stream = load_stream("stream.npz")                      # X (n, 4), Y (n, 1), float, in time order
     spec = LearnerSpec("kan", (4, 4, 1), grid_range=stream.input_range, rule=UpdateRule(lr_shift=4),
                        formats=LearnerFormats.make("fixed<16,6>", guard_bits=8))
-    result = learn(spec, stream, "out/mine", rtl=True, target="ice40-up5k")
+    result = learn(spec, stream, "out/mine", rtl=True, target="ecp5-25f")
 
 The same spec drives both learners: the float reference reads its kind, sizes, grid, init and eta = 2**-lr_shift.
 

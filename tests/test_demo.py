@@ -67,7 +67,9 @@ def test_demo_runs_end_to_end_without_a_warning(tmp_path):
 
     md = (out / "report.md").read_text()
     checks = _table_rows(md, "| executor |")
-    assert len(checks) == 3 and all(row[1] != "0" and row[2] == "0" for row in checks), checks
+    assert all(row[1] != "0" and row[2] == "0" for row in checks), checks  # vectors, mismatches
+    executors = " ".join(row[0] for row in checks)
+    assert all(name in executors for name in ("ONNX Runtime", "icarus", "verilator")), executors
     targets = _table_rows(md, "| target |")
     assert [row[0] for row in targets] == [DEMO_TARGET] and targets[0][-1] == target["bitstream"]
     assert "next: bitforge emulate" in run.stdout

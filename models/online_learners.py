@@ -44,6 +44,7 @@ __all__ = [
     "OnlineLearner",
     "a2c_loss",
     "reference_spec",
+    "rollout_next_values",
     "run_a2c",
     "run_prequential",
     "run_prequential_batch",
@@ -218,24 +219,42 @@ CARTPOLE_OBS_SCALE = (2.4, 3.0, 0.21, 3.5)
 
 @dataclass(frozen=True)
 class A2CConfig:
-    """Online advantage actor-critic, one environment step per update (no batches, no replay).
+    """Online advantage actor-critic with per-sample updates (no batches, no replay).
 
-    The learner has 4 inputs (the scaled state) and 3 outputs: two action logits and the value V(s).
-    Per step: delta = r + gamma V(s') (1 - terminated) - V(s), with V(s') from the pre-update parameters
-    and no gradient; the loss is -log pi(a|s) delta + w delta^2 - beta H(pi), so the feedback is
-    (pi - onehot(a)) delta on the logits and -2 w delta on the value: all computable on chip (w a power of
-    two: a shift). A truncated episode (500 steps) still bootstraps from V(s').
+    The learner has 4 inputs (the scaled state) and 3 outputs: two action logits and the value V(s). The
+    policy acts for ``rollout`` environment steps with its parameters held; then every step of the rollout, in
+    order, is one learning sample with advantage A_t = G_t - V(s_t): G_t the discounted return to the rollout's
+    end, r + gamma r + ... + gamma^n V(s_end) (0 after a termination; a truncated episode, 500 steps, and the
+    rollout's last step bootstrap from V(s') predicted when it was collected), V(s_t) the learner's prediction
+    when the sample is learned. The loss -log pi(a|s) A + w A^2 - beta H(pi) gives the feedback
+    (pi - onehot(a)) A on the logits and -2 w A on the value: all computable on chip (w a power of two: a shift),
+    and A is the error the learner core sees. ``rollout = 1`` is one-step TD(0), A = r + gamma V(s') - V(s).
+
+    Why rollouts (docs/learners.md, T5): a KAN [4, 3] is additive, V(s) = sum_i phi_i(s_i), and cannot fit
+    CartPole's value; TD(0) takes its advantage from that misfit critic, a state-dependent bias that holds the
+    100-episode mean near 300-360 at any step size. The return to a rollout's end bootstraps after up to
+    ``rollout`` real rewards, so the critic is only a baseline; the defaults (rollout 512, gamma 1 - 2**-6,
+    eta 2**-10, the public design's lr 0.001) solve CartPole in 270-550 episodes.
+
+    ``advantage_clip``: A saturates at +-this (None: never) before both feedbacks, a comparator on chip. After a
+    run of good episodes the critic overestimates, and the next bad rollout's A (-20 and below) pushes every
+    sample away from its own action: per-sample steps that large turn the policy into one deterministic action
+    (episodes of 9-10 steps) whose gradient, (pi - onehot(a)) A, is then zero. At 16 the float runs that collapsed
+    so solve as fast as the others (docs/learners.md).
 
     ``reward``: the reward per step the learner sees (CartPole's 1 scaled; a power of two on chip). V(s)
-    approaches ``reward / (1 - gamma)``: 128 with reward 1 and gamma 1 - 2**-7, beyond a <16,6> datapath's +-32, so a
-    fixed-point critic needs the reward scaled down (the episode returns reported are CartPole's own, unscaled).
+    approaches ``reward / (1 - gamma)``: 64 with reward 1 and gamma 1 - 2**-6, beyond a <16,6> datapath's +-32,
+    so a fixed-point critic needs the reward scaled down (the episode returns reported are CartPole's own; scale
+    ``advantage_clip`` with the reward).
     """
 
-    spec: LearnerSpec = LearnerSpec("kan", (4, 3), grid_size=5, order=3, grid_range=(-1.0, 1.0), rule=UpdateRule(7))
-    gamma: float = 1.0 - 2.0 ** -7  # 0.9922: 1 - 2**-n is a shifted subtract on chip
+    spec: LearnerSpec = LearnerSpec("kan", (4, 3), grid_size=5, order=3, grid_range=(-1.0, 1.0), rule=UpdateRule(10))
+    gamma: float = 1.0 - 2.0 ** -6  # 0.984: 1 - 2**-n is a shifted subtract on chip
     critic_weight: float = 1.0
     entropy: float = 0.0
     reward: float = 1.0
+    rollout: int = 512
+    advantage_clip: float | None = 16.0
     target: float = 475.0
     window: int = 100
     max_episodes: int = 3000
@@ -247,8 +266,11 @@ class A2CConfig:
                                f"{list(self.spec.sizes)}")
         if not 0.0 <= self.gamma <= 1.0:
             raise LearnerError(f"A2C discount gamma = {self.gamma} must lie in [0, 1]")
-        if self.window < 1 or self.max_episodes < 1:
-            raise LearnerError(f"A2C window ({self.window}) and max_episodes ({self.max_episodes}) must be >= 1")
+        if self.advantage_clip is not None and not self.advantage_clip > 0:
+            raise LearnerError(f"A2C advantage_clip = {self.advantage_clip} must be > 0 (or None: no clipping)")
+        if self.window < 1 or self.max_episodes < 1 or self.rollout < 1:
+            raise LearnerError(f"A2C window ({self.window}), max_episodes ({self.max_episodes}) and rollout "
+                               f"({self.rollout}) must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -300,12 +322,16 @@ class EpisodeLog:
 
 def a2c_loss(out: torch.Tensor, action: torch.Tensor, v_next: torch.Tensor, terminated: torch.Tensor,
              config: A2CConfig) -> torch.Tensor:
-    """Per-run loss ``(R,)`` of one transition (reward ``config.reward``); ``out`` = (logit_0, logit_1, V(s)) ``(R, 3)``.
+    """Per-run loss ``(R,)`` of one sample (reward ``config.reward``); ``out`` = (logit_0, logit_1, V(s)) ``(R, 3)``.
 
-    Its gradient on ``out`` is the on-chip feedback: (pi - onehot(a)) delta (- beta dH/dlogits) on the
-    logits and -2 w delta on the value, delta = r + gamma V(s') (1 - terminated) - V(s) held constant.
+    ``v_next`` is what follows the reward: V(s') for TD(0), the return of the next step within a rollout. Its
+    gradient on ``out`` is the on-chip feedback: (pi - onehot(a)) A (- beta dH/dlogits) on the logits and -2 w A
+    on the value, A = r + gamma v_next (1 - terminated) - V(s) held constant and saturated at
+    +-``advantage_clip``.
     """
     delta = (config.reward + config.gamma * v_next * (1.0 - terminated) - out[:, 2]).detach()
+    if config.advantage_clip is not None:
+        delta = delta.clamp(-config.advantage_clip, config.advantage_clip)
     logp = torch.log_softmax(out[:, :2], dim=1)
     chosen = logp.gather(1, action.view(-1, 1))[:, 0]
     entropy = -(logp.exp() * logp).sum(1)
@@ -327,30 +353,60 @@ def run_a2c(config: A2CConfig = A2CConfig(), seeds: Sequence[int] = (0,), etas: 
         return _run_a2c(config, seeds, etas, on_episode)
 
 
+def rollout_next_values(terminated: Sequence[np.ndarray], boot_mask: Sequence[np.ndarray],
+                        boot_value: Sequence[np.ndarray],
+                        step_return: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> list[np.ndarray]:
+    """What follows each step's reward in a rollout, ``(R,)`` per step: ``boot_value[t]`` where ``boot_mask[t]``
+    (V(s') predicted at a truncation, and for every run at the rollout's last step), else the return of step
+    t + 1, ``step_return(value, terminated)`` (r + gamma value, or r after a termination). Shared by the float
+    and the fixed-point controller, which differ only in ``step_return``'s arithmetic."""
+    n = len(terminated)
+    if n == 0 or not np.all(boot_mask[-1]):
+        raise LearnerError("rollout_next_values: the rollout's last step needs a bootstrap value for every run")
+    out: list[np.ndarray] = []
+    following = boot_value[-1]
+    for t in range(n - 1, -1, -1):
+        following = np.where(boot_mask[t], boot_value[t], following)
+        out.append(following)
+        following = step_return(following, terminated[t])
+    return out[::-1]
+
+
 def _run_a2c(config: A2CConfig, seeds: Sequence[int], etas: Sequence[float] | None,
              on_episode: Callable[[int, int, float], None] | None) -> A2CResult:
     from .cartpole import CartPoleVec
 
     learner = OnlineLearner(config.spec, seeds, etas)
-    runs = learner.runs
+    runs, dt = learner.runs, learner.dtype
     env = CartPoleVec(runs, seed=int(seeds[0]))
     pick = np.random.default_rng((int(seeds[0]), 0xA2C))
-    scale = torch.tensor(CARTPOLE_OBS_SCALE, dtype=learner.dtype)
+    scale = torch.tensor(CARTPOLE_OBS_SCALE, dtype=dt)
     state = env.state.copy()
     log = EpisodeLog(config, runs, on_episode)
     while log.running():
-        action_u = pick.random(runs)
-        out = learner.forward(torch.tensor(state, dtype=learner.dtype) / scale)
-        p_right = torch.softmax(out[:, :2].detach(), dim=1)[:, 1].numpy()
-        action = (action_u < p_right).astype(np.int64)
-        nxt, _, term, trunc = env.step(action)
-        with torch.no_grad():
-            v_next = learner.forward(torch.tensor(nxt, dtype=learner.dtype) / scale)[:, 2]
-        live = torch.tensor(log.active, dtype=learner.dtype)
-        loss = a2c_loss(out, torch.from_numpy(action), v_next, torch.tensor(term, dtype=learner.dtype), config)
-        learner.apply_gradient(torch.autograd.grad((live * loss).sum(), learner.params))
-        log.step(term | trunc)
-        state = env.reset(term | trunc) if (term | trunc).any() else nxt
+        xs, actions, terms, lives, masks, boots = [], [], [], [], [], []
+        with torch.no_grad():  # act with the parameters held
+            while len(xs) < config.rollout and log.running():
+                action_u = pick.random(runs)
+                x = torch.tensor(state, dtype=dt) / scale
+                p_right = torch.softmax(learner.forward(x)[:, :2], dim=1)[:, 1].numpy()
+                action = (action_u < p_right).astype(np.int64)
+                nxt, _, term, trunc = env.step(action)
+                last = len(xs) == config.rollout - 1
+                boot = trunc | last
+                v = learner.forward(torch.tensor(nxt, dtype=dt) / scale)[:, 2].numpy() if boot.any() else None
+                xs.append(x), actions.append(torch.from_numpy(action)), terms.append(term)
+                lives.append(torch.tensor(log.active, dtype=dt)), masks.append(boot)
+                boots.append(np.zeros(runs) if v is None else v)
+                log.step(term | trunc)
+                state = env.reset(term | trunc) if (term | trunc).any() else nxt
+        if len(xs) < config.rollout:
+            break  # max_steps came first: no bootstrap for an unfinished rollout
+        nexts = rollout_next_values(terms, masks, boots,
+                                    lambda v, term: config.reward + config.gamma * v * (1.0 - term))
+        for x, action, term, live, nv in zip(xs, actions, terms, lives, nexts):
+            loss = a2c_loss(learner.forward(x), action, torch.from_numpy(nv), torch.tensor(term, dtype=dt), config)
+            learner.apply_gradient(torch.autograd.grad((live * loss).sum(), learner.params))
     return log.result()
 
 

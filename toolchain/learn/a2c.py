@@ -1,27 +1,35 @@
-"""T5: A2C on CartPole with the bit-exact fixed-point learner, one environment step per update.
+"""T5: A2C on CartPole with the bit-exact fixed-point learner, per-sample updates after each rollout.
 
 The learner core learns from (x, target, learn-enable) samples and computes its error ``e = y_hat - t`` on chip
 (:mod:`.emulate`). Actor-critic fits that interface with a small controller around it, modelled here in
 integers so that the whole closed loop is reproducible bit for bit:
 
-1. ``predict(s)``: logits ``l0, l1`` and the value ``V(s)`` (datapath codes); ``predict(s')`` gives ``V(s')``
-   with the same, pre-update coefficients (a sample with learn-enable 0 in hardware).
-2. Policy: ``p = sigmoid(l1 - l0)`` from a table (:data:`P_BITS`-bit probabilities indexed by the logit
-   difference at :data:`SIGMOID_STEP`), action ``a = [u < p]`` with a :data:`P_BITS`-bit uniform ``u``.
-3. TD error ``delta = r + gamma V(s') (1 - terminated) - V(s)`` with ``gamma = 1 - 2**-n`` (a subtract of a
-   shifted copy; the reference's default is ``1 - 2**-7``, :func:`gamma_shift` refuses others) and ``r`` the
-   config's ``reward`` in datapath LSBs (scaled down so that V, up to ``r / (1 - gamma)``, fits the datapath).
-4. Targets so that the learner's own error is the A2C feedback: value ``t_V = V + w delta`` (so ``e = -w delta``,
-   the LMS step on the critic loss ``w delta^2``; ``w = 2**-n``, 1 by default: ``t_V = r + gamma V(s')``); logits ``t_1 = l1 - (p - a) delta / 2``, ``t_0 = l0 + (p - a) delta /
-   2`` (``e`` is half the policy-gradient feedback ``(pi - onehot(a)) delta``; the learner doubles it).
-   Then ``step(s, t)`` updates (the same coefficients predict s again: the prediction equals step 1's).
+1. Act for ``config.rollout`` steps with the coefficients held (samples with learn-enable 0): ``predict(s)``
+   gives the logits ``l0, l1``; the policy ``p = sigmoid(l1 - l0)`` comes from a table (:data:`P_BITS`-bit
+   probabilities indexed by the logit difference at :data:`SIGMOID_STEP`), action ``a = [u < p]`` with a
+   :data:`P_BITS`-bit uniform ``u``. The controller keeps each step's input codes, action and termination flag
+   (512 x 66 bits at <16,6>: two ECP5 block RAMs), and ``predict(s')`` gives the bootstrap ``V(s')`` at a
+   truncation (at most two in 512 steps: episodes end after 500) and after the last step.
+2. Returns, backwards over the rollout (:func:`bitforge.models.online_learners.rollout_next_values`):
+   ``G_t = r + gamma G_{t+1}`` (``r`` alone after a termination; the bootstrap value in place of ``G_{t+1}``
+   where there is one), ``gamma = 1 - 2**-n`` a subtract of a shifted copy (:func:`gamma_shift` refuses
+   others), ``r`` the config's ``reward`` in datapath LSBs (scaled down so that V, up to ``r / (1 - gamma)``,
+   fits the datapath), each sum saturated into the datapath.
+3. Per sample, in order: ``predict(s)`` with the current coefficients gives ``V(s)`` and ``p``, the advantage
+   is ``A = G - V(s)`` saturated at ``config.advantage_clip`` (a comparator), and the targets make the learner's
+   own error the A2C feedback: value ``t_V = V + w A`` (so ``e = -w A``, the LMS step on the critic loss
+   ``w A^2``; ``w = 2**-n``, 1 by default: ``t_V = G`` when A is not clipped); logits
+   ``t_1 = l1 - (p - a) A / 2``, ``t_0 = l0 + (p - a) A / 2`` (``e`` is half the policy-gradient feedback
+   ``(pi - onehot(a)) A``; the learner doubles it). Then ``step(s, t)`` updates (the same coefficients predict s
+   again: the prediction equals this step's).
 
-The float reference is :func:`bitforge.models.online_learners.run_a2c`, same learner, same eta = 2**-lr_shift.
+``rollout = 1`` is one-step TD(0), ``A = r + gamma V(s') - V(s)``. The float reference is
+:func:`bitforge.models.online_learners.run_a2c`: same learner, same eta = 2**-lr_shift, same protocol.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -74,7 +82,7 @@ def run_a2c_fixed(config, datapath: str = "fixed<16,6>", seeds: Sequence[int] = 
     one CartPoleVec seeded by ``seeds[0]``, one action generator, a run stops learning once solved or at
     ``config.max_episodes``."""
     from bitforge.models.cartpole import CartPoleVec
-    from bitforge.models.online_learners import CARTPOLE_OBS_SCALE, EpisodeLog
+    from bitforge.models.online_learners import CARTPOLE_OBS_SCALE, EpisodeLog, rollout_next_values
 
     learners = [build_learner(a2c_spec(config, datapath, guard_bits, rounding, s)) for s in seeds]
     st = emulate_learn.Stepper(learners)
@@ -89,9 +97,13 @@ def run_a2c_fixed(config, datapath: str = "fixed<16,6>", seeds: Sequence[int] = 
     half = table.size // 2
     wide = FixedType(dp.width + 4, dp.integer + 4, True)    # the controller's sums before saturation
     gshift = gamma_shift(config.gamma)
+    if config.entropy:
+        raise LearnerError(f"A2C entropy bonus {config.entropy}: the fixed-point controller has none; use entropy=0")
     wshift = round(-math.log2(config.critic_weight))
     if not 0 <= wshift or 2.0 ** -wshift != config.critic_weight:
         raise LearnerError(f"A2C critic weight {config.critic_weight}: the fixed-point controller needs 2**-n, n >= 0")
+    # the advantage's saturation in datapath LSBs (none: the controller's own range)
+    clip = fixed.quantize(config.advantage_clip, wide).item() if config.advantage_clip is not None else wide.max_code
     env = CartPoleVec(R, seed=int(seeds[0]))
     pick = np.random.default_rng((int(seeds[0]), 0xA2C))
     scale = np.asarray(CARTPOLE_OBS_SCALE)
@@ -99,31 +111,163 @@ def run_a2c_fixed(config, datapath: str = "fixed<16,6>", seeds: Sequence[int] = 
     def codes(state):
         return fixed.quantize(np.clip(state / scale, f.input.min_value, f.input.max_value), f.input)
 
+    def policy(logits):
+        """P_BITS-bit probability of action 1: the table at the logit difference."""
+        diff = logits[:, 1] - logits[:, 0]
+        k = np.clip((diff >> idx_shift) if idx_shift >= 0 else (diff << -idx_shift), -half, half - 1) + half
+        return table[k]
+
+    def step_return(value, term):
+        """r + gamma value (0 after a termination) in datapath codes: gamma value is a shifted subtract, and the
+        sum saturates into the datapath as the controller's return register does."""
+        return fixed.requantize(one + np.where(term, 0, value - (value >> gshift)), wide, dp)
+
     state = env.state.copy()
     log = EpisodeLog(config, R, on_episode)
     while log.running():
-        x = codes(state)
-        out = st.predict(x)
-        diff = out[:, 1] - out[:, 0]
-        k = np.clip((diff >> idx_shift) if idx_shift >= 0 else (diff << -idx_shift), -half, half - 1) + half
-        p = table[k]                                              # P_BITS-bit probability of action 1
-        u = pick.integers(0, 1 << P_BITS, size=R)
-        action = (u < p).astype(np.int64)
-        nxt, _, term, trunc = env.step(action)
-        v_next = st.predict(codes(nxt))[:, 2]
-        boot = np.where(term, 0, v_next - (v_next >> gshift))      # gamma V(s') as a shifted subtract
-        delta = one + boot - out[:, 2]                            # r + gamma V(s') - V(s), datapath LSBs
-        # critic: e = -w delta (w = 2**-wshift), the LMS step on w (V - target)^2; w = 1 gives t_V = r + gamma V(s')
-        t_v = fixed.requantize(out[:, 2] + ((delta + ((1 << wshift) >> 1)) >> wshift), wide, dp)
-        # (p - a) delta / 2 in datapath LSBs, rounded half up: one product and a shift
-        adv = ((p - (action << P_BITS)) * delta + (1 << P_BITS)) >> (P_BITS + 1)
-        target = np.stack([fixed.requantize(out[:, 0] + adv, wide, dp), fixed.requantize(out[:, 1] - adv, wide, dp),
-                           t_v], axis=1)
-        st.step(x, target, log.active)
-        log.step(term | trunc)
-        state = env.reset(term | trunc) if (term | trunc).any() else nxt
+        xs, actions, terms, lives, masks, boots = [], [], [], [], [], []
+        while len(xs) < config.rollout and log.running():    # act with the coefficients held (learn-enable 0)
+            x = codes(state)
+            u = pick.integers(0, 1 << P_BITS, size=R)
+            action = (u < policy(st.predict(x))).astype(np.int64)
+            nxt, _, term, trunc = env.step(action)
+            boot = trunc | (len(xs) == config.rollout - 1)
+            boots.append(st.predict(codes(nxt))[:, 2] if boot.any() else np.zeros(R, dtype=np.int64))
+            xs.append(x), actions.append(action), terms.append(term), lives.append(log.active.copy())
+            masks.append(boot)
+            log.step(term | trunc)
+            state = env.reset(term | trunc) if (term | trunc).any() else nxt
+        if len(xs) < config.rollout:
+            break                                                 # max_steps came first
+        nexts = rollout_next_values(terms, masks, boots, step_return)
+        for x, action, term, live, nv in zip(xs, actions, terms, lives, nexts):
+            out = st.predict(x)                                   # V(s) and pi with the current coefficients
+            p = policy(out)
+            adv = np.clip(step_return(nv, term) - out[:, 2], -clip, clip)  # A = G - V(s), datapath LSBs, saturated
+            # critic: e = -w A (w = 2**-wshift), the LMS step on w (V - G)^2; w = 1 gives t_V = G
+            t_v = fixed.requantize(out[:, 2] + ((adv + ((1 << wshift) >> 1)) >> wshift), wide, dp)
+            # (p - a) A / 2 in datapath LSBs, rounded half up: one product and a shift
+            g = ((p - (action << P_BITS)) * adv + (1 << P_BITS)) >> (P_BITS + 1)
+            target = np.stack([fixed.requantize(out[:, 0] + g, wide, dp), fixed.requantize(out[:, 1] - g, wide, dp),
+                               t_v], axis=1)
+            st.step(x, target, live)
     r = log.result()
     return A2CFixedResult(r.returns, r.solved_at, r.steps, datapath)
 
 
-__all__ = ["A2CFixedResult", "a2c_spec", "gamma_shift", "run_a2c_fixed", "sigmoid_table"]
+def best_window_mean(returns: Sequence[float], window: int) -> Optional[float]:
+    """The best ``window``-episode mean of a run's returns (None before ``window`` episodes)."""
+    r = np.asarray(returns, dtype=np.float64)
+    if r.size < window:
+        return None
+    c = np.concatenate([[0.0], np.cumsum(r)])
+    return float(np.max(c[window:] - c[:-window]) / window)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """T5 outside the benchmark: one A2C configuration on CartPole, float or fixed point, over seeds; per seed the
+    episodes run, the episode at which the 100-episode mean first reached 475 (the run stops there) and the best
+    100-episode mean. The defaults are the benchmark's (``bitforge bench online --online-parts t5``); the options
+    change one thing at a time, in CartPole's own units (reward 1; the run scales the reward to 2**-4 and eta
+    and the critic weight with it, which changes nothing but the datapath's range)."""
+    import argparse
+    import json
+    import sys
+    import time
+    from pathlib import Path
+
+    from ..cli_types import bounded_int, non_negative_int, output_file, positive_int, seed
+    from ..errors import BitforgeError
+    from .bench import T5_REWARD_SHIFT, t5_config
+
+    def seeds_arg(text: str) -> tuple[int, ...]:
+        parts = [t.strip() for t in text.split(",") if t.strip()]
+        if not parts:
+            raise argparse.ArgumentTypeError(f"expected comma-separated seeds, e.g. 0,1,2, got {text!r}")
+        return tuple(seed(t) for t in parts)
+
+    ap = argparse.ArgumentParser(
+        prog="python -m bitforge.toolchain.learn.a2c", description=main.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example: python -m bitforge.toolchain.learn.a2c --datapath 'fixed<16,6>' --seeds 0,1,2\n"
+               "         python -m bitforge.toolchain.learn.a2c --rollout 1 --episodes 1000   (one-step TD(0))")
+    ap.add_argument("--model", choices=("kan", "mlp"), default="kan", help="KAN [4, 3] (default) or MLP [4, 16, 3]")
+    ap.add_argument("--datapath", default="float", metavar="TYPE",
+                    help="float (the reference, default) or a fixed-point datapath such as 'fixed<16,6>'")
+    ap.add_argument("--seeds", type=seeds_arg, default=(0, 1, 2), metavar="S,S", help="learner seeds (default 0,1,2)")
+    ap.add_argument("--episodes", type=positive_int, default=3000, metavar="N",
+                    help="episode cap per run (default 3000; a run stops once solved)")
+    ap.add_argument("--rollout", type=positive_int, default=None, metavar="N",
+                    help="steps acted with the parameters held before the per-sample updates (default 512; 1 is TD(0))")
+    ap.add_argument("--lr-shift", type=positive_int, default=None, metavar="N",
+                    help="eta = 2**-N at reward 1 (default: KAN 10, MLP the benchmark's)")
+    ap.add_argument("--gamma-shift", type=bounded_int(1, 16), default=None, metavar="N",
+                    help="discount gamma = 1 - 2**-N (default 6)")
+    ap.add_argument("--critic-shift", type=bounded_int(-T5_REWARD_SHIFT, 16), default=None, metavar="N",
+                    help=f"critic weight w = 2**-N at reward 1 (default 0; -{T5_REWARD_SHIFT} to 16)")
+    ap.add_argument("--advantage-clip", type=non_negative_int, default=None, metavar="N",
+                    help="saturate the advantage at +-N at reward 1 (default 16; 0: no saturation)")
+    ap.add_argument("--json", type=output_file, default=None, metavar="FILE", help="also write the returns here")
+    args = ap.parse_args(argv)
+    if args.datapath != "float":
+        try:
+            fixed.parse_type(args.datapath)
+        except BitforgeError as e:
+            ap.error(f"argument --datapath: {e} (e.g. 'fixed<16,6>', or float)")
+    try:
+        cfg = t5_config(args.model, args.episodes)
+        over = {}
+        if args.rollout is not None:
+            over["rollout"] = args.rollout
+        if args.gamma_shift is not None:
+            over["gamma"] = 1.0 - 2.0 ** -args.gamma_shift
+        if args.critic_shift is not None:
+            over["critic_weight"] = 2.0 ** -(args.critic_shift + T5_REWARD_SHIFT)
+        if args.advantage_clip is not None:
+            over["advantage_clip"] = args.advantage_clip * 2.0 ** -T5_REWARD_SHIFT if args.advantage_clip else None
+        if args.lr_shift is not None:
+            over["spec"] = cfg.spec.replace(lr_shift=args.lr_shift + (-T5_REWARD_SHIFT))
+        cfg = replace(cfg, **over)
+        if cfg.spec.rule.lr_shift < 0:
+            raise LearnerError(f"--lr-shift {args.lr_shift}: the scaled reward needs eta 2**{T5_REWARD_SHIFT} times "
+                               f"larger; give --lr-shift >= {T5_REWARD_SHIFT}")
+        t0 = last = time.monotonic()
+
+        def progress(run: int, episode: int, ret: float) -> None:
+            nonlocal last
+            if time.monotonic() - last >= 30:
+                last = time.monotonic()
+                print(f"  {last - t0:5.0f} s: seed {args.seeds[run]} episode {episode:,}, return {ret:.0f}",
+                      file=sys.stderr, flush=True)
+
+        unit = 2.0 ** T5_REWARD_SHIFT                     # the run's scaled reward back to CartPole's 1
+        clip = "none" if cfg.advantage_clip is None else f"{cfg.advantage_clip * unit:g}"
+        print(f"T5 {args.model} at {args.datapath}: rollout {cfg.rollout}, gamma 1 - 2**-{gamma_shift(cfg.gamma)}, "
+              f"eta 2**-{cfg.spec.rule.lr_shift + T5_REWARD_SHIFT}, critic weight {cfg.critic_weight * unit:g}, "
+              f"advantage clip {clip} (at reward 1), seeds {list(args.seeds)}, up to {cfg.max_episodes:,} episodes",
+              file=sys.stderr, flush=True)
+        if args.datapath == "float":
+            from bitforge.models.online_learners import run_a2c
+            res = run_a2c(cfg, seeds=args.seeds, on_episode=progress)
+        else:
+            res = run_a2c_fixed(cfg, args.datapath, args.seeds, on_episode=progress)
+    except BitforgeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    rows = []
+    for s, returns, solved in zip(args.seeds, res.returns, res.solved_at):
+        best = best_window_mean(returns, cfg.window)
+        rows.append({"seed": s, "episodes": len(returns), "solved_at": solved, "best_100_mean": best})
+        print(f"seed {s}: {len(returns):,} episodes, " + (f"100-episode mean >= {cfg.target:.0f} at episode "
+              f"{solved:,}" if solved else "not solved") + (f", best 100-episode mean {best:.1f}" if best else ""))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"model": args.model, "datapath": args.datapath, "config": repr(cfg),
+                                         "runs": rows, "returns": [list(r) for r in res.returns]}) + "\n")
+    return 0
+
+
+__all__ = ["A2CFixedResult", "a2c_spec", "best_window_mean", "gamma_shift", "main", "run_a2c_fixed", "sigmoid_table"]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

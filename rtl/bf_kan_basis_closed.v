@@ -82,7 +82,11 @@ module bf_kan_basis_closed #(
 
             // Stage 1: u^2. Stage 2: u^3.
             reg [U-1:0] u1, u2d;
-            reg [2*U-1:0] sq1, sq2;
+            // keep: yosys 0.70's synth_ice40 -dsp packs sq1 as the output register of the u*u SB_MAC16 and
+            // as the input register of the sq1*u1 one, and leaves that input undriven (x): every cube was wrong
+            // in the iCE40 netlist (bitforge simulate --netlist ice40-up5k). A register of its own avoids it.
+            (* keep *) reg [2*U-1:0] sq1;
+            reg [2*U-1:0] sq2;
             reg [3*U-1:0] cube;
             always @(posedge clk) if (ce) begin
                 u1 <= u;

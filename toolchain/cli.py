@@ -242,7 +242,8 @@ def _add_rtl_options(p: argparse.ArgumentParser, default_reuse="1") -> None:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from .verify.simulate import simulate
 
-    for sim, r in simulate(Path(args.out), args.simulator, args.vectors, args.seed, progress=progress).items():
+    for sim, r in simulate(Path(args.out), args.simulator, args.vectors, args.seed, progress=progress,
+                           waves=args.waves, netlist=args.netlist).items():
         print_simulation(sim, r)
     return 0
 
@@ -359,16 +360,26 @@ def build_parser() -> argparse.ArgumentParser:
     sm = sub.add_parser("simulate", formatter_class=fmt, help="verify the generated RTL with cocotb",
                         description="Stream seeded vectors (edge cases first) through the generated core on Icarus "
                                     "and/or Verilator with random input gaps and output backpressure; every output "
-                                    "must equal the golden model bit for bit. Results go to report.json under "
-                                    "verification.golden_vs_rtl.",
+                                    "must equal the golden model bit for bit, and both streams must keep the "
+                                    "AXI4-Stream rules. Results go to report.json under "
+                                    "verification.golden_vs_rtl. A failed run is repeated up to the failure with "
+                                    "its waveform kept (the path is in the message). --netlist T runs the same "
+                                    "check on T's synthesised netlist (gate level, Icarus; "
+                                    "verification.golden_vs_netlist.T).",
                         epilog=examples("""
                             bitforge compile kan-tracker -o out/kt --to rtl
                             bitforge simulate out/kt --simulator both --vectors 2000
+                            bitforge simulate out/kt --simulator icarus --vectors 50 --waves   # VCD (FST on Verilator)
+                            bitforge simulate out/kt --netlist ice40-up5k --vectors 200       # gate level
                         """))
     sm.add_argument("out", metavar="OUT")
     sm.add_argument("--simulator", default="both", choices=["icarus", "verilator", "both"])
     sm.add_argument("--vectors", type=vector_count, default=2000, help="vectors per simulator (default 2000)")
     sm.add_argument("--seed", type=seed, default=0, help="seed of the vectors and the stalls (default 0)")
+    sm.add_argument("--waves", action="store_true",
+                    help="write each run's waveform (OUT/sim/<simulator>/waves.vcd on Icarus, waves.fst on Verilator)")
+    sm.add_argument("--netlist", metavar="T", help="check target T's synthesised netlist instead of the RTL "
+                    "(synthesises if needed; Icarus with yosys's cell models; ice40-up5k, ecp5-25f, ecp5-85f)")
     sm.set_defaults(func=cmd_simulate)
 
     im = sub.add_parser("implement", formatter_class=fmt, help="synthesise, place and route, write a bitstream",

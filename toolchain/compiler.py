@@ -197,6 +197,12 @@ def run_flow(model: str, out: Path, opts: CompileOptions, simulator: str, sim_ve
                 result.target = implementing.result()
             except BitforgeError as exc:  # does not fit, a tool failed: recorded in report.json
                 impl_error = exc
+        if simulator != "none" and sim_error is None and impl_error is None:  # the synthesised netlist, gate level
+            from .verify.netlist import flow_check
+            try:
+                result.simulations.update(flow_check(tmp, opts.target, sim_vectors, opts.seed, progress=progress))
+            except Exception as exc:  # noqa: BLE001 - raised below, as a failed RTL check is
+                sim_error = exc
         for error in (sim_error, impl_error):
             if error is not None and (isinstance(error, VerificationFailed) or not is_user_error(error)):
                 raise error

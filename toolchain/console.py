@@ -114,8 +114,11 @@ def verification_lines(report: dict) -> list[str]:
 
 
 def print_simulation(sim: str, r: dict) -> None:
-    result(f"golden model vs RTL ({sim}): {r['vectors']:,} vectors, {r['mismatches']} mismatches, "
+    what = sim if sim.startswith("netlist") else f"RTL ({sim})"  # "netlist <target>": the gate-level check
+    result(f"golden model vs {what}: {r['vectors']:,} vectors, {r['mismatches']} mismatches, "
            f"{r['cycles']:,} cycles with random stalls")
+    if r.get("waves"):
+        result(f"waveform: {r['waves']}")
 
 
 def print_target(target: str, r: dict) -> None:

@@ -4,8 +4,9 @@ Loaded by the simulator as a top-level module. ``KAN_BENCH`` names a JSON file: 
 ``inputs`` and ``expected`` int64 codes from the golden model), element widths and counts, the latency the
 emitter promised, stall probabilities, the seed and where to write the result.
 
-Sampling as in bitforge.toolchain.verify.cocotb_bench: drive at the falling edge, let combinational logic
-settle (ReadOnly), then record the handshakes the next rising edge performs; identical on Icarus and Verilator.
+Both streams go through the shared AXI4-Stream source, sink and protocol monitors of
+bitforge.toolchain.verify.axis (drive at the falling edge, settle, sample what the rising edge takes; identical
+on Icarus and Verilator), so a stage whose out_data moves while it is stalled fails here too.
 """
 from __future__ import annotations
 
@@ -16,24 +17,20 @@ import random
 import cocotb
 import numpy as np
 from bitforge.toolchain.backends.rtl.verilog import pack_word as pack, unpack_word as unpack
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly
+from bitforge.toolchain.verify.axis import (
+    AxisSink,
+    AxisSource,
+    clock_cycle,
+    protocol_errors,
+    random_pauses,
+    stage_ports,
+    start_clock_and_reset,
+)
 
 
 def _config() -> dict:
     with open(os.environ["KAN_BENCH"]) as f:
         return json.load(f)
-
-
-async def _reset(dut) -> None:
-    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-    dut.rst.value = 1
-    dut.in_valid.value = 0
-    dut.in_data.value = 0
-    dut.out_ready.value = 0
-    await ClockCycles(dut.clk, 3)
-    await FallingEdge(dut.clk)
-    dut.rst.value = 0
 
 
 def _mismatch(cfg: dict, xs, want, got, i: int) -> str:
@@ -60,81 +57,65 @@ def _write_result(cfg: dict, name: str, result: dict) -> None:
         json.dump(doc, f, indent=2)
 
 
+def _streams(dut, rng: random.Random | None = None, cfg: dict | None = None) -> tuple[AxisSource, AxisSink]:
+    """The stage's source and sink: without ``rng`` no gaps and no stalls."""
+    gaps = random_pauses(cfg["p_input_gap"], rng) if rng else None
+    stalls = random_pauses(cfg["p_output_stall"], rng) if rng else None
+    return AxisSource(stage_ports(dut, "in"), gaps), AxisSink(stage_ports(dut, "out"), stalls)
+
+
+def _check_outputs(cfg: dict, xs, expected, words, indices) -> None:
+    """``words`` (data, last) as the sink took them are the outputs of vectors ``indices``."""
+    for (data, _), i in zip(words, indices, strict=True):
+        codes = unpack(data, cfg["out_count"], cfg["out_width"], cfg["out_signed"])
+        assert codes == list(expected[i]), _mismatch(cfg, xs, expected[i], codes, i)
+
+
 @cocotb.test()
 async def latency_and_full_rate(dut):
     """One sample comes out after exactly the promised latency; then a burst runs at II = 1 with no stall."""
     cfg = _config()
     xs, expected = _vectors(cfg)
-    await _reset(dut)
-    dut.out_ready.value = 1
-    dut.in_valid.value = 1
-    dut.in_data.value = pack(xs[0], cfg["in_width"])
-    await ReadOnly()
-    assert int(dut.in_ready.value) == 1, "in_ready low after reset with out_ready high"
-    await FallingEdge(dut.clk)
-    dut.in_valid.value = 0
-    cycles = 1
-    while True:
-        await ReadOnly()
-        if int(dut.out_valid.value):
-            break
-        assert cycles <= cfg["latency"], f"no output within the promised latency of {cfg['latency']} cycles"
-        await FallingEdge(dut.clk)
-        cycles += 1
-    assert cycles == cfg["latency"], f"output after {cycles} cycles, the emitter promised {cfg['latency']}"
-    got = unpack(int(dut.out_data.value), cfg["out_count"], cfg["out_width"], cfg["out_signed"])
-    assert got == list(expected[0]), _mismatch(cfg, xs, expected[0], got, 0)
-    await FallingEdge(dut.clk)
+    source, sink = _streams(dut)
+    await start_clock_and_reset(dut, 3)
+    source.send(pack(xs[0], cfg["in_width"]))
+    while not sink.received:
+        await clock_cycle(dut.clk, source, sink)
+        assert sink.monitor.cycle <= cfg["latency"] + 1, f"no output within the promised latency of {cfg['latency']}"
+    assert source.accept_cycles[0] == 0, "in_ready low after reset with out_ready high"
+    latency = sink.receive_cycles[0] - source.accept_cycles[0]
+    assert latency == cfg["latency"], f"output after {latency} cycles, the emitter promised {cfg['latency']}"
 
     burst = min(len(xs), cfg["burst"])
-    received = []
-    for t in range(burst + cfg["latency"] + 1):
-        dut.in_valid.value = int(t < burst)
-        if t < burst:
-            dut.in_data.value = pack(xs[t], cfg["in_width"])
-        await ReadOnly()
-        if t < burst:
-            assert int(dut.in_ready.value) == 1, f"in_ready dropped at burst cycle {t} with out_ready high: II > 1"
-        if int(dut.out_valid.value):
-            received.append(unpack(int(dut.out_data.value), cfg["out_count"], cfg["out_width"], cfg["out_signed"]))
-        await FallingEdge(dut.clk)
-    assert len(received) == burst, f"{len(received)} outputs for a burst of {burst}"
-    for i, got in enumerate(received):
-        assert got == list(expected[i]), _mismatch(cfg, xs, expected[i], got, i)
-    _write_result(cfg, "latency_and_full_rate", {"latency": cycles, "burst": burst})
+    for x in xs[:burst]:
+        source.send(pack(x, cfg["in_width"]))
+    for _ in range(burst + cfg["latency"] + 1):
+        await clock_cycle(dut.clk, source, sink)
+    accepts = source.accept_cycles[1:]
+    assert len(accepts) == burst and accepts[-1] - accepts[0] == burst - 1, (
+        f"a burst of {burst} took cycles {accepts[0]}..{accepts[-1] if accepts else None} with out_ready high: II > 1")
+    assert len(sink.received) == 1 + burst, f"{len(sink.received) - 1} outputs for a burst of {burst}"
+    assert not protocol_errors(source, sink), protocol_errors(source, sink)[0]
+    _check_outputs(cfg, xs, expected, sink.received, [0, *range(burst)])
+    _write_result(cfg, "latency_and_full_rate", {"latency": latency, "burst": burst})
 
 
 @cocotb.test()
 async def stream_with_backpressure(dut):
-    """Every vector, random input gaps and output stalls: bit-exact, in order, out_data held while stalled."""
+    """Every vector, random input gaps and output stalls: bit-exact, in order, the AXI4-Stream rules kept."""
     cfg = _config()
     xs, expected = _vectors(cfg)
     n = len(xs)
-    rng = random.Random(cfg["seed"])
-    await _reset(dut)
-    sent, got, cycles, held = 0, [], 0, None
-    while len(got) < n:
-        await FallingEdge(dut.clk)
-        cycles += 1
-        assert cycles <= cfg["max_cycles"], f"only {len(got)} of {n} outputs within {cfg['max_cycles']} cycles"
-        valid = sent < n and rng.random() >= cfg["p_input_gap"]
-        dut.in_valid.value = int(valid)
-        if valid:
-            dut.in_data.value = pack(xs[sent], cfg["in_width"])
-        ready = rng.random() >= cfg["p_output_stall"]
-        dut.out_ready.value = int(ready)
-        await ReadOnly()
-        out_valid = int(dut.out_valid.value)
-        word = int(dut.out_data.value) if out_valid else None
-        if held is not None:
-            assert out_valid and word == held, (f"output {len(got)} changed or vanished while stalled: "
-                                                f"held 0x{held:x}, now valid={out_valid} data={word}")
-        if valid and int(dut.in_ready.value):
-            sent += 1
-        if out_valid and ready:
-            codes = unpack(word, cfg["out_count"], cfg["out_width"], cfg["out_signed"])
-            i = len(got)
-            assert codes == list(expected[i]), _mismatch(cfg, xs, expected[i], codes, i)
-            got.append(codes)
-        held = word if out_valid and not ready else None
-    _write_result(cfg, "stream_with_backpressure", {"vectors": n, "mismatches": 0, "cycles": cycles})
+    source, sink = _streams(dut, random.Random(cfg["seed"]), cfg)
+    await start_clock_and_reset(dut, 3)
+    for x in xs:
+        source.send(pack(x, cfg["in_width"]))
+    checked = 0
+    while checked < n:
+        await clock_cycle(dut.clk, source, sink)
+        assert sink.monitor.cycle <= cfg["max_cycles"], f"only {checked} of {n} outputs within {cfg['max_cycles']} cycles"
+        errors = protocol_errors(source, sink)
+        assert not errors, f"AXI4-Stream protocol: {errors[0]}"
+        _check_outputs(cfg, xs, expected, sink.received[checked:], range(checked, len(sink.received)))
+        checked = len(sink.received)
+    _write_result(cfg, "stream_with_backpressure", {"vectors": n, "mismatches": 0, "cycles": sink.monitor.cycle})

@@ -6,11 +6,13 @@ and writes them, with each DUT's port prefix and timing, to the JSON file named 
 * ``pipe``: ``<p>in_bus`` -> ``<p>out_bus`` through LATENCY registers that load when ``<p>en`` is high
   (absent: every cycle; LATENCY 0: combinational). en is random, so the register chain is checked too.
 * ``stream``: valid/ready on both sides (``<p>in_valid/in_ready/in_data[/in_last]``,
-  ``<p>out_valid/out_ready/out_data[/out_last]``). The first ``full_rate`` samples go in back to back with
-  the output always ready, which measures latency and II; the rest come with random gaps and random
-  backpressure. With ``capacity`` the DUT is first filled with its output stalled, counting what it takes.
-  Checked: every output in order and bit-exact, none extra, out_valid/out_data held while stalled, and
-  (``registered_ready``) that in_ready never changes within a cycle when out_ready does.
+  ``<p>out_valid/out_ready/out_data[/out_last]``), driven by the shared AXI4-Stream source and sink of
+  bitforge.toolchain.verify.axis. The first ``full_rate`` samples go in back to back with the output always
+  ready, which measures latency and II; the rest come with random gaps and random backpressure. With
+  ``capacity`` the DUT is first filled with its output stalled, counting what it takes. Checked: every output
+  in order and bit-exact, none extra, the AXI4-Stream rules on both sides (the shared monitors: valid, data and
+  last held while stalled), and (``registered_ready``) that in_ready never changes within a cycle when
+  out_ready does.
 
 Results (per DUT: ok, first mismatch, measured latency and II) go to $BF_BENCH_RESULTS; the cocotb test
 fails too if any DUT failed. A mismatch names the sample and shows expected and got in hex and as reals.
@@ -22,6 +24,16 @@ import os
 import random
 
 import cocotb
+from bitforge.toolchain.verify.axis import (
+    AxisSink,
+    AxisSource,
+    clock_cycle,
+    never,
+    protocol_errors,
+    random_pauses,
+    read,
+    stage_ports,
+)
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
@@ -102,107 +114,80 @@ async def run_pipe(dut, spec: dict, rng: random.Random) -> dict:
 
 
 async def run_stream(dut, spec: dict, rng: random.Random) -> dict:
+    """One valid/ready DUT through the shared AXI4-Stream source, sink and protocol monitors."""
     p = spec["prefix"]
-    sig = {k: getattr(dut, p + k) for k in ("in_valid", "in_ready", "in_data", "out_valid", "out_ready", "out_data")}
     has_last = spec.get("last", False)
-    if has_last:
-        sig["in_last"], sig["out_last"] = getattr(dut, p + "in_last"), getattr(dut, p + "out_last")
     inputs, expected = spec["inputs"], spec["expected"]
     full = min(spec.get("full_rate", 8), len(inputs))
     full_out = spec.get("full_rate_out", full)  # outputs those inputs make (a serializer makes several)
     gap_p, ready_p = spec.get("gap_p", 0.3), spec.get("ready_p", 0.6)
     budget = spec.get("max_cycles", 200 + 8 * (spec.get("latency") or 4) + 12 * len(inputs) * (spec.get("ii") or 1))
-    sig["in_valid"].value = 0
-    sig["out_ready"].value = 0
-    sent = received = cycle = ready_checks = 0
-    offering = False
+    source = AxisSource(stage_ports(dut, "in", p, has_last), random_pauses(gap_p, rng), free_first=full)
+    sink = AxisSink(stage_ports(dut, "out", p, has_last), random_pauses(1 - ready_p, rng), free_first=full_out)
+    for x in inputs:
+        source.send(*(x if has_last else (x, 0)))
+    name = spec["name"]
+
+    def failed(message: str) -> dict:
+        return {"ok": False, "error": f"{name}: {message}"}
+
     capacity = None
-    last_ready = 0
+    filled = 0
     if spec.get("capacity") is not None:  # fill with the output stalled: how many samples fit?
+        source.free_first, sink.stall = len(inputs), True
         for _ in range(2 * spec["capacity"] + 4):
-            await FallingEdge(dut.clk)
-            sig["in_valid"].value = int(sent < len(inputs))
-            if sent < len(inputs):
-                data, last = (inputs[sent] if has_last else (inputs[sent], 0))
-                sig["in_data"].value = data
-                if has_last:
-                    sig["in_last"].value = last
-            await ReadOnly()
-            if sent < len(inputs) and _uint(sig["in_ready"]):
-                sent += 1
-        capacity = sent
-    accepts: list[int] = []
-    first_out = None
-    held = None  # (data, last) shown while stalled last cycle
-    while received < len(expected):
+            await clock_cycle(dut.clk, source, sink)
+        capacity = filled = source.accepted
+        source.free_first, sink.stall = full + filled, False
+    start = source.monitor.cycle
+    ready_checks, last_ready, checked = 0, 0, 0
+    while checked < len(expected):
+        cycle = source.monitor.cycle - start
         if cycle > budget:
-            return {"ok": False, "error": f"{spec['name']}: timeout after {cycle} cycles: {sent} of {len(inputs)} "
-                                          f"inputs accepted, {received} of {len(expected)} outputs seen"}
+            return failed(f"timeout after {cycle} cycles: {source.accepted} of {len(inputs)} inputs accepted, "
+                          f"{checked} of {len(expected)} outputs seen")
         await FallingEdge(dut.clk)
-        ready_before = _uint(sig["in_ready"])
-        if sent < len(inputs) and not offering:
-            offering = sent < full or rng.random() >= gap_p
-        sig["in_valid"].value = int(offering)
-        if offering:
-            data, last = (inputs[sent] if has_last else (inputs[sent], 0))
-            sig["in_data"].value = data
-            if has_last:
-                sig["in_last"].value = last
-        ready = received < full_out or rng.random() < ready_p
-        sig["out_ready"].value = int(ready)
+        ready_before = read(source.ports.ready)
+        source.drive()
+        sink.drive()
         await ReadOnly()
-        in_ready = _uint(sig["in_ready"])
-        if spec.get("registered_ready") and int(ready) != last_ready:
+        source.sample()
+        sink.sample()
+        if spec.get("registered_ready") and int(sink.ready) != last_ready:
             ready_checks += 1
+            in_ready = read(source.ports.ready)
             if in_ready != ready_before:
-                return {"ok": False, "error": f"{spec['name']}: in_ready changed from {ready_before} to {in_ready} "
-                                              f"within cycle {cycle} when out_ready became {int(ready)}: it is not "
-                                              "registered"}
-        last_ready = int(ready)
-        if offering and in_ready:
-            accepts.append(cycle)
-            sent += 1
-            offering = False
-        if _uint(sig["out_valid"]):
-            data = _uint(sig["out_data"])
-            last = _uint(sig["out_last"]) if has_last else 0
-            if held is not None and held != (data, last):
-                return {"ok": False, "error": f"{spec['name']}: output {received} changed while stalled "
-                                              f"(0x{held[0]:x} -> 0x{data:x})"}
-            if first_out is None:
-                first_out = cycle
-            if ready:
-                if received >= len(expected):
-                    return {"ok": False, "error": f"{spec['name']}: an extra output 0x{data:x} after all "
-                                                  f"{len(expected)} expected"}
-                want = expected[received] if has_last else (expected[received], 0)
-                if (data, last) != tuple(want):
-                    if has_last and data == want[0]:
-                        return {"ok": False, "error": f"{spec['name']}: output {received}: last is {last}, "
-                                                      f"expected {want[1]}"}
-                    vin = inputs[min(received, len(inputs) - 1)]
-                    vin = vin[0] if has_last else vin
-                    return {"ok": False, "error": describe_mismatch(spec, received, vin, want[0], data)}
-                received += 1
-                held = None
-            else:
-                held = (data, last)
-        elif held is not None:
-            return {"ok": False, "error": f"{spec['name']}: out_valid dropped while output {received} was stalled"}
-        cycle += 1
+                return failed(f"in_ready changed from {ready_before} to {in_ready} within cycle {cycle} when "
+                              f"out_ready became {int(sink.ready)}: it is not registered")
+        last_ready = int(sink.ready)
+        errors = protocol_errors(source, sink)
+        if errors:
+            return failed(f"AXI4-Stream protocol: {errors[0]}")
+        for data, last in sink.received[checked:]:
+            if checked >= len(expected):
+                return failed(f"an extra output 0x{data:x} after all {len(expected)} expected")
+            want = expected[checked] if has_last else (expected[checked], 0)
+            if (data, last) != tuple(want):  # an X or Z word is a protocol error, reported above
+                if has_last and data == want[0]:
+                    return failed(f"output {checked}: last is {last}, expected {want[1]}")
+                vin = inputs[min(checked, len(inputs) - 1)]
+                vin = vin[0] if has_last else vin
+                return {"ok": False, "error": describe_mismatch(spec, checked, vin, want[0], data)}
+            checked += 1
     # Anything after the last expected output is an extra one.
+    sink.stalls, sink.free_first = never(), 0
     for _ in range(spec.get("drain_cycles", 2 * (spec.get("latency") or 4) + 4)):
-        await FallingEdge(dut.clk)
-        sig["in_valid"].value = 0
-        sig["out_ready"].value = 1
-        await ReadOnly()
-        if _uint(sig["out_valid"]):
-            return {"ok": False, "error": f"{spec['name']}: an extra output 0x{_uint(sig['out_data']):x} after all "
-                                          f"{len(expected)} expected"}
+        await clock_cycle(dut.clk, source, sink)
+        if len(sink.received) > len(expected):
+            return failed(f"an extra output 0x{sink.received[len(expected)][0] or 0:x} after all "
+                          f"{len(expected)} expected")
+    accepts = [c - start for c in source.accept_cycles[filled:]]
+    first_valid = sink.monitor.first_valid  # a filled DUT showed its first output before the main phase
+    first_out = first_valid - start if first_valid is not None and first_valid >= start else None
     steps = [b - a for a, b in zip(accepts[:full - 1], accepts[1:full])]
     return {"ok": True, "latency": first_out - accepts[0] if full and accepts and first_out is not None else None,
             "ii_min": min(steps) if steps else None, "ii_max": max(steps) if steps else None,
-            "accepted": sent, "outputs": received, "capacity": capacity, "ready_checks": ready_checks}
+            "accepted": source.accepted, "outputs": checked, "capacity": capacity, "ready_checks": ready_checks}
 
 
 async def _guarded(dut, spec: dict, rng: random.Random) -> dict:

@@ -117,6 +117,18 @@ def implement(out: Path, target: str, *, seed: int = 1, clock_mhz: Optional[floa
     return entry
 
 
+def synthesize_target(out: Path, target: str, progress: Optional[Progress] = None) -> tuple[Path, SynthResult]:
+    """yosys alone on the design in ``out`` for ``target``: the same cached stage as :func:`implement` (the work
+    folder ``OUT/impl/<T>/`` and the result), for checks that need the netlist but not a bitstream."""
+    t = get_target(target)
+    out = Path(out).resolve()
+    man = read_manifest(out)
+    work = out / "impl" / t.name
+    work.mkdir(parents=True, exist_ok=True)
+    sources = [os.path.relpath(out / f, work) for f in man.files]
+    return work, synthesize(work, t, man.top, sources, cache=StageCache(work), progress=progress or (lambda m: None))
+
+
 def _run_flow(out: Path, work: Path, t: Target, man: Manifest, clock: float, seed: int, progress: Progress,
               pnr_options: tuple[str, ...] = ()) -> dict:
     rel = lambda name: os.path.relpath(work / name, out)  # noqa: E731  (report paths are relative to OUT)

@@ -2,7 +2,8 @@
 
 The script is written to ``synth.ys`` beside the outputs so a user can rerun exactly what bitforge ran. The
 cell census comes from ``stat -json`` (machine-readable, no text scraping); the top's ports come from the
-JSON netlist, for the pin file and the I/O fit check.
+JSON netlist, for the pin file and the I/O fit check. The same netlist is also written as Verilog
+(``<top>.netlist.v``), which the gate-level check simulates with the family's cell models.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ class Port:
 @dataclass
 class SynthResult:
     netlist: str
+    verilog: str  # the synthesised netlist as Verilog (write_verilog), relative to the work folder
     cells: dict[str, int]
     resources: dict[str, float]
     ports: list[Port]
@@ -52,9 +54,10 @@ def _arg(path: str) -> str:
 def synthesize(work: Path, target: Target, top: str, sources: list[str], *, cache: StageCache,
                progress: Progress) -> SynthResult:
     """Synthesise ``sources`` (paths relative to ``work``) for ``target``; cached on content."""
-    netlist = f"{top}.json"
+    netlist, verilog = f"{top}.json", f"{top}.netlist.v"
     script = render_template("synth.ys.j2", top=top, target=target.name, part=target.part,
-                             sources=[_arg(s) for s in sources], synth=target.synth, netlist=netlist, stat=STAT)
+                             sources=[_arg(s) for s in sources], synth=target.synth, netlist=netlist,
+                             verilog=verilog, stat=STAT)
     args = ["-q", "-l", LOG, "-s", SCRIPT]
     key = stage_key({"stage": "synth", "target": target.name, "script": script, "args": args,
                      "yosys": TOOLS["yosys"].version(), "sources": {s: sha256_file(work / s) for s in sources}})
@@ -63,11 +66,12 @@ def synthesize(work: Path, target: Target, top: str, sources: list[str], *, cach
     def execute() -> tuple[list[str], dict, float]:
         write_atomic(work / SCRIPT, script)
         run = run_tool("yosys", args, work, work / CONSOLE, tool_log=work / LOG, progress=progress, label=label)
-        return [netlist, STAT, SCRIPT], _parse(work, netlist, top, target), run.seconds
+        return [netlist, verilog, STAT, SCRIPT], _parse(work, netlist, top, target), run.seconds
 
     result, run = run_stage(cache, "synth", key, execute, command=command_line("yosys", args), log=LOG, label=label,
                             progress=progress)
-    return SynthResult(netlist, result["cells"], result["resources"], [Port(**p) for p in result["ports"]], run)
+    return SynthResult(netlist, verilog, result["cells"], result["resources"], [Port(**p) for p in result["ports"]],
+                       run)
 
 
 def _parse(work: Path, netlist: str, top: str, target: Target) -> dict:

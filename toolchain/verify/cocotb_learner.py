@@ -6,10 +6,9 @@ a JSON file with the input words (hex), the expected predictions (.npz, int64 co
 (after how many samples, which addresses, which expected words), stall probabilities, the seed and where to
 write the result.
 
-One coroutine, one step per clock, sampled as in :mod:`bitforge.toolchain.verify.cocotb_bench`: drive at the
-falling edge, settle (ReadOnly), record the handshakes the next rising edge performs. The input stream has
-random gaps (tvalid low), the output random stalls (tready low); at each checkpoint the bench stops feeding,
-reads every coefficient back through the read-back port while the pipeline drains, and resumes, so a
+The sample and prediction streams go through the shared :mod:`bitforge.toolchain.verify.axis` source (random
+gaps), sink (random stalls) and protocol monitors. At each checkpoint the source holds, the bench reads every
+coefficient back through the read-back port while the pipeline drains, and the source resumes, so a
 checkpoint also proves that reading back does not disturb learning.
 """
 from __future__ import annotations
@@ -21,8 +20,50 @@ import random
 import cocotb
 import numpy as np
 from bitforge.toolchain.backends.rtl.verilog import unpack_word
-from bitforge.toolchain.verify.cocotb_bench import start_and_reset
-from cocotb.triggers import FallingEdge, ReadOnly
+from bitforge.toolchain.verify.axis import (
+    AxisSink,
+    AxisSource,
+    axis_ports,
+    clock_cycle,
+    protocol_error_count,
+    protocol_errors,
+    random_pauses,
+    read,
+    start_clock_and_reset,
+)
+
+
+class ReadbackPort:
+    """Fires the queued coefficient addresses on ``rb_req``/``rb_addr`` and collects ``rb_data`` in order."""
+
+    def __init__(self, dut):
+        self.dut = dut
+        self.queue: list[int] = []
+        self.in_flight = 0
+        self.data: list[int] = []
+        self.active = False
+        dut.rb_req.value = 0
+        dut.rb_addr.value = 0
+
+    def start(self, addresses) -> None:
+        self.queue, self.in_flight, self.data, self.active = list(addresses), 0, [], True
+
+    @property
+    def finished(self) -> bool:
+        return self.active and not self.queue and not self.in_flight
+
+    def drive(self) -> None:
+        self.dut.rb_req.value = int(bool(self.queue))
+        if self.queue:
+            self.dut.rb_addr.value = self.queue[0]
+
+    def sample(self) -> None:
+        if read(self.dut.rb_valid):  # one without a request still counts: the word counts then differ
+            self.data.append(read(self.dut.rb_data))
+            self.in_flight = max(0, self.in_flight - 1)
+        if self.queue and read(self.dut.rb_ready):
+            self.queue.pop(0)
+            self.in_flight += 1
 
 
 @cocotb.test()
@@ -34,63 +75,36 @@ async def learner_trajectory(dut):
         expected = data["predictions"]
     checkpoints = {int(c["after"]): c for c in cfg["checkpoints"]}
     rng = random.Random(cfg["seed"])
-    p_gap, p_stall = cfg["p_input_gap"], cfg["p_output_stall"]
     n, n_out, width = len(words), cfg["out_count"], cfg["out_width"]
 
-    dut.rb_req.value = 0
-    dut.rb_addr.value = 0
-    await start_and_reset(dut, 3)
+    source = AxisSource(axis_ports(dut, "s_axis"), random_pauses(cfg["p_input_gap"], rng))
+    sink = AxisSink(axis_ports(dut, "m_axis"), random_pauses(cfg["p_output_stall"], rng))
+    readback = ReadbackPort(dut)
+    for i, w in enumerate(words):
+        source.send(w, int(i == n - 1))
+    await start_clock_and_reset(dut, 3)
 
-    sent, got, holding = 0, [], False
-    mismatches, first = 0, None
+    mismatches, first, checked = 0, None, 0
     rb_results: dict[int, list[int]] = {}
-    rb_queue: list[int] = []   # addresses still to fire at the current checkpoint
-    rb_fired: list[int] = []   # fired, data not yet seen
-    rb_data: list[int] = []
-    done_checkpoints = set()
     cycles = 0
-    for cycles in range(cfg["max_cycles"]):
-        await FallingEdge(dut.clk)
-        at_checkpoint = sent in checkpoints and sent not in done_checkpoints
-        if at_checkpoint and not rb_queue and not rb_fired and not rb_data:
-            rb_queue = list(checkpoints[sent]["addresses"])
-        if at_checkpoint and not holding:
-            dut.s_axis_tvalid.value = 0
-            dut.rb_req.value = 1 if rb_queue else 0
-            if rb_queue:
-                dut.rb_addr.value = rb_queue[0]
-        else:
-            dut.rb_req.value = 0
-            if holding or (sent < n and rng.random() >= p_gap):
-                holding = True
-                dut.s_axis_tvalid.value = 1
-                dut.s_axis_tdata.value = words[sent]
-                dut.s_axis_tlast.value = int(sent == n - 1)
-            else:
-                dut.s_axis_tvalid.value = 0
-        dut.m_axis_tready.value = int(rng.random() >= p_stall)
-        await ReadOnly()
-        if int(dut.rb_valid.value):
-            rb_data.append(int(dut.rb_data.value))
-            rb_fired.pop(0)
-        if holding and int(dut.s_axis_tvalid.value) and int(dut.s_axis_tready.value):
-            sent += 1
-            holding = False
-        if int(dut.rb_req.value) and int(dut.rb_ready.value):
-            rb_fired.append(rb_queue.pop(0))
-        if at_checkpoint and not rb_queue and not rb_fired and rb_data:
-            rb_results[sent] = rb_data
-            rb_data = []
-            done_checkpoints.add(sent)
-        if int(dut.m_axis_tvalid.value) and int(dut.m_axis_tready.value):
-            y = unpack_word(int(dut.m_axis_tdata.value), n_out, width)
-            i = len(got)
-            got.append(y)
-            if i < n and [int(v) for v in expected[i]] != y:
+    for cycles in range(1, cfg["max_cycles"] + 1):
+        after = source.accepted
+        at_checkpoint = after in checkpoints and after not in rb_results
+        if at_checkpoint and not readback.active:
+            readback.start(checkpoints[after]["addresses"])
+        source.hold = at_checkpoint
+        await clock_cycle(dut.clk, source, sink, readback)
+        if readback.finished:
+            rb_results[after] = readback.data
+            readback.active = False
+        for data, _ in sink.received[checked:]:
+            y = unpack_word(data or 0, n_out, width)
+            if checked < n and ([int(v) for v in expected[checked]] != y or data is None):
                 mismatches += 1
                 if first is None:
-                    first = {"sample": i, "expected": [int(v) for v in expected[i]], "got": y}
-        if len(got) >= n and len(done_checkpoints) == len(checkpoints):
+                    first = {"sample": checked, "expected": [int(v) for v in expected[checked]], "got": y}
+            checked += 1
+        if checked >= n and len(rb_results) == len(checkpoints):
             break
 
     rb_mismatches = {}
@@ -98,11 +112,16 @@ async def learner_trajectory(dut):
         want = [int(w, 16) for w in c["words"]]
         have = rb_results.get(after, [])
         rb_mismatches[str(after)] = sum(int(a != b) for a, b in zip(want, have)) + abs(len(want) - len(have))
-    result = {"samples": n, "predictions": len(got), "mismatches": mismatches, "first_mismatch": first,
-              "cycles": cycles + 1, "readback": {k: {"words": len(checkpoints[int(k)]["words"]), "mismatches": v}
-                                                 for k, v in rb_mismatches.items()}}
+    errors = protocol_errors(source, sink)
+    result = {"samples": n, "predictions": checked, "mismatches": mismatches, "first_mismatch": first,
+              "cycles": cycles, "protocol_errors": protocol_error_count(source, sink),
+              "readback": {k: {"words": len(checkpoints[int(k)]["words"]), "mismatches": v}
+                           for k, v in rb_mismatches.items()}}
+    if errors:
+        result["first_protocol_error"] = errors[0].to_json()
     with open(cfg["result"], "w") as f:
         json.dump(result, f, indent=2)
-    assert len(got) == n, f"{len(got)} of {n} predictions came out in {cfg['max_cycles']} cycles"
+    assert not errors, f"{result['protocol_errors']} AXI4-Stream protocol error(s); first: {errors[0]}"
+    assert checked == n, f"{checked} of {n} predictions came out in {cfg['max_cycles']} cycles"
     assert mismatches == 0, f"{mismatches} of {n} predictions differ from the golden model; first: {first}"
     assert not any(rb_mismatches.values()), f"coefficient read-back differs from the golden state: {rb_mismatches}"

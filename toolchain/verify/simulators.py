@@ -120,12 +120,16 @@ def _own_process_groups(runner) -> None:
 def run_cocotb(simulator: str, sources: Sequence[Path], toplevel: str, test_module: str, test_dir: Path,
                build_dir: Path, parameters: Optional[Mapping[str, object]] = None,
                extra_env: Optional[Mapping[str, str]] = None, includes: Sequence[Path] = (),
-               timescale: tuple[str, str] = ("1ns", "1ps")) -> TestOutcome:
+               timescale: tuple[str, str] = ("1ns", "1ps"), defines: Optional[Mapping[str, object]] = None,
+               build_args: Sequence[str] = (), plusargs: Sequence[str] = (), test_args: Sequence[str] = (),
+               waves: bool = False) -> TestOutcome:
     """Build ``toplevel`` from ``sources`` and run the cocotb ``test_module`` found in ``test_dir``.
 
     Returns the parsed outcome; raises :class:`SimulatorMissing` when the simulator is not installed. The
     build is reused when nothing changed (cocotb's runner decides; Verilator uses ccache when present).
     The simulator's output goes to ``build_dir/build.log`` and ``build_dir/sim.log``, not the terminal.
+    ``defines``, ``build_args``, ``plusargs``, ``test_args`` and ``waves`` pass through to the runner (waveforms
+    and gate-level netlists: see :mod:`.waves` and :mod:`.netlist`).
     """
     env = simulator_env(simulator)
     os.environ.update(env)
@@ -133,15 +137,17 @@ def run_cocotb(simulator: str, sources: Sequence[Path], toplevel: str, test_modu
 
     runner = get_runner(simulator)
     _own_process_groups(runner)
-    build_args = ["-Wno-fatal"] if simulator == "verilator" else []
+    build_args = (["-Wno-fatal"] if simulator == "verilator" else []) + list(build_args)
     runner.build(sources=[str(s) for s in sources], hdl_toplevel=toplevel, build_dir=str(build_dir),
                  parameters=dict(parameters or {}), includes=[str(i) for i in includes], build_args=build_args,
-                 timescale=timescale, always=False, log_file=str(Path(build_dir) / "build.log"))
+                 defines=dict(defines or {}), timescale=timescale, always=False, waves=waves,
+                 log_file=str(Path(build_dir) / "build.log"))
     xml = Path(build_dir) / "results.xml"
     xml.unlink(missing_ok=True)
     try:
         runner.test(hdl_toplevel=toplevel, test_module=test_module, test_dir=str(test_dir),
                     build_dir=str(build_dir), extra_env={**env, **dict(extra_env or {})},
+                    plusargs=list(plusargs), test_args=list(test_args), waves=waves,
                     timescale=timescale, results_xml=str(xml), log_file=str(Path(build_dir) / "sim.log"))
     except SystemExit:
         pass  # the runner exits when a test fails; the results file says which and why

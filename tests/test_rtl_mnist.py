@@ -1,6 +1,6 @@
 """An MNIST-sized MLP (784-64-10) through ``compile --to rtl``: the scale the shared adder-graph form must handle.
 
-Generation used to grow faster than the weights (281 s for this model); it is now a few seconds of CPU (the
+Generation used to grow faster than the weights (208 s of CPU for this model); it now takes a few seconds (the
 measured times and the command are in docs/rtl.md). The default test checks that the design is generated with
 the structure its report claims; the slow one streams vectors through it on Icarus, bit-exact against the
 golden model. No test asserts a time: a busy runner would make it flaky, and the structure is the contract.

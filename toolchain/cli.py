@@ -498,14 +498,14 @@ def _add_bench_commands(sub, fmt) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if getattr(args, "command", None) is None:
-        parser.print_help()
-        return 2
-    if getattr(args, "to", None) is None and args.command == "compile":
-        args.to = ["onnx"]
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if getattr(args, "command", None) is None:
+            parser.print_help()
+            return 2
+        if getattr(args, "to", None) is None and args.command == "compile":
+            args.to = ["onnx"]
         with signals_raise():  # SIGTERM and SIGHUP unwind like Ctrl-C: temporary folders and child tools go
             return args.func(args)
     except KeyboardInterrupt as exc:

@@ -1,0 +1,43 @@
+"""The console script: a Ctrl-C at any moment of start-up ends the run with one line, never a traceback."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+BITFORGE = Path(sys.executable).with_name("bitforge")
+
+
+def test_ctrl_c_while_the_cli_imports_is_one_line_and_exit_130():
+    """A KeyboardInterrupt raised by the import of the CLI module itself (numpy, rich and the parser load there)."""
+    code = ("import sys, importlib.abc\n"
+            "class Stop(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path, target=None):\n"
+            "        if name == 'bitforge.toolchain.cli':\n"
+            "            raise KeyboardInterrupt\n"
+            "sys.meta_path.insert(0, Stop())\n"
+            "from bitforge.toolchain.entry import main\n"
+            "sys.exit(main())\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 130 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.strip() == "stopped by SIGINT"
+
+
+@pytest.mark.skipif(not BITFORGE.exists(), reason="the console script is installed by the set-up")
+@pytest.mark.parametrize("delay", [0.15, 0.4, 0.8, 1.5])
+def test_sigint_early_in_a_real_run_never_prints_a_traceback(tmp_path, delay):
+    """Before Python installs its handler the default action ends the process (-2, silent); after, bitforge's
+    one line and 130. Either way, no traceback."""
+    proc = subprocess.Popen([str(BITFORGE), "compile", "jet-mlp", "-o", str(tmp_path / "out")], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    time.sleep(delay)
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err, err
+    assert proc.returncode in (130, -signal.SIGINT), (proc.returncode, err)
+    assert not (tmp_path / "out").exists()

@@ -137,7 +137,8 @@ def model_inputs(model: str) -> tuple[str, ...]:
     return (model,) if _looks_like_path(model) else ()
 
 
-#: RTL simulation cycles ``flow`` spends by default: Icarus runs a folded jet-mlp at ~1,000 cycles/s.
+#: RTL simulation cycles ``flow`` spends per simulator by default: a folded design takes II cycles a vector, so it
+#: gets fewer vectors and about the simulation time of an unfolded one (cocotb drives every cycle from Python).
 SIM_CYCLE_BUDGET = 32_000
 
 

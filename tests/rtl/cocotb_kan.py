@@ -113,7 +113,8 @@ async def stream_with_backpressure(dut):
     checked = 0
     while checked < n:
         await clock_cycle(dut.clk, source, sink)
-        assert sink.monitor.cycle <= cfg["max_cycles"], f"only {checked} of {n} outputs within {cfg['max_cycles']} cycles"
+        assert sink.monitor.cycle <= cfg["max_cycles"], (f"only {checked} of {n} outputs within "
+                                                         f"{cfg['max_cycles']} cycles")
         errors = protocol_errors(source, sink)
         assert not errors, f"AXI4-Stream protocol: {errors[0]}"
         _check_outputs(cfg, xs, expected, sink.received[checked:], range(checked, len(sink.received)))

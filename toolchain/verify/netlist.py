@@ -26,7 +26,15 @@ from ..errors import BitforgeError
 from ..flows.implement import synthesize_target
 from ..flows.targets import get_target
 from ..report.file import update_report
-from .simulate import REPORT_KEYS, BenchDesign, failure_message, golden_codes, load_manifest, run_bench
+from .simulate import (
+    REPORT_KEYS,
+    BenchDesign,
+    failure_message,
+    golden_codes,
+    load_manifest,
+    report_entry,
+    run_bench,
+)
 from .simulators import SimulationFailed
 
 HERE = Path(__file__).parent
@@ -136,9 +144,17 @@ def check_netlist(out: Path, target: str, vectors: int = 200, seed: int = 0, *,
     return res
 
 
-#: Gate-level vectors ``flow`` streams (fewer when its RTL check runs fewer): a folded jet-mlp on an ECP5-85F
-#: (II 64) takes a few minutes of Icarus for them, kan-tracker on an UP5K under a minute.
-FLOW_VECTORS = 200
+#: Gate-level cycles ``flow`` spends: Icarus ran jet-mlp's ECP5-85F netlist (II 64) at about 17 cycles per
+#: second on a busy two-core machine (tests/test_netlist.py -m slow), so this is a few minutes at most.
+FLOW_CYCLE_BUDGET = 4_000
+
+
+def flow_vectors(manifest: dict, rtl_vectors: int) -> int:
+    """200 vectors, fewer for a design whose vectors take many cycles (II, or the board's beats), never under 50
+    (edge cases come first), and never more than the RTL check's."""
+    bus = manifest["bus_width"]
+    per_vector = max(manifest["ii"], -(-manifest.get("in_width", 0) // bus), -(-manifest.get("out_width", 0) // bus))
+    return min(rtl_vectors, max(50, min(200, FLOW_CYCLE_BUDGET // per_vector)))
 
 
 def flow_check(out: Path, target: str, rtl_vectors: int, seed: int, *,
@@ -149,10 +165,10 @@ def flow_check(out: Path, target: str, rtl_vectors: int, seed: int, *,
     if t.family not in FAMILIES:
         note = f"no gate-level cell models for the {t.family} family are wired up"
         progress(f"netlist {t.name}: skipped ({note})")
-        update_report(Path(out), lambda r: r.setdefault("verification", {}).setdefault("golden_vs_netlist", {})
-                      .__setitem__(t.name, {"skipped": note}))
+        _record(Path(out), t.name, {"skipped": note})
         return {}
-    return {f"netlist {t.name}": check_netlist(out, t.name, min(FLOW_VECTORS, rtl_vectors), seed, progress=progress)}
+    vectors = flow_vectors(load_manifest(out), rtl_vectors)
+    return {f"netlist {t.name}": check_netlist(out, t.name, vectors, seed, progress=progress)}
 
 
 def _build_failure(family: str, log: Path, error: Exception) -> str:
@@ -165,9 +181,10 @@ def _build_failure(family: str, log: Path, error: Exception) -> str:
 
 
 def _merge_report(out: Path, target: str, res: dict) -> None:
-    keys = (*REPORT_KEYS, "simulator", "netlist", "cell_models", "seconds")
+    _record(out, target, report_entry(out, res, (*REPORT_KEYS, "simulator", "netlist", "cell_models", "seconds")))
 
+
+def _record(out: Path, target: str, entry: dict) -> None:
     def change(report: dict) -> None:
-        section = report.setdefault("verification", {}).setdefault("golden_vs_netlist", {})
-        section[target] = {k: res[k] for k in keys if k in res}
+        report.setdefault("verification", {}).setdefault("golden_vs_netlist", {})[target] = entry
     update_report(out, change)

@@ -10,6 +10,7 @@ so the rerun repeats the failure, and it stops a few cycles after it.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,6 +154,9 @@ def simulate(out: Path, simulator: str = "both", vectors: int = 2000, seed: int 
     ``waves`` writes each run's waveform (``result["waves"]``). ``netlist`` (a target) runs the gate-level
     check of that target's synthesised netlist instead (:func:`.netlist.check_netlist`): Icarus only."""
     if netlist is not None:
+        if simulator == "verilator":
+            raise BitforgeError(f"--netlist {netlist} runs on Icarus (yosys's cell models are simulation models for "
+                                "it); leave out --simulator verilator")
         from .netlist import check_netlist
         return {f"netlist {netlist}": check_netlist(out, netlist, vectors, seed, progress=progress, waves=waves)}
     out = Path(out).resolve()
@@ -186,9 +190,18 @@ REPORT_KEYS = ("vectors", "mismatches", "cycles", "tlast_errors", "protocol_erro
                "first_protocol_error", "waves", "failure_waves")
 
 
+def report_entry(out: Path, result: dict, keys=REPORT_KEYS) -> dict:
+    """The result's ``keys`` for report.json, waveform paths relative to ``out`` (``flow`` moves the folder)."""
+    entry = {k: result[k] for k in keys if k in result}
+    for k in ("waves", "failure_waves"):
+        if entry.get(k):
+            entry[k] = os.path.relpath(entry[k], out)
+    return entry
+
+
 def _merge_report(out: Path, results: dict) -> None:
     def change(report: dict) -> None:
         section = report.setdefault("verification", {}).setdefault("golden_vs_rtl", {})
         for sim, r in results.items():
-            section[sim] = {k: r[k] for k in REPORT_KEYS if k in r}
+            section[sim] = report_entry(out, r)
     update_report(out, change)

@@ -4,9 +4,9 @@ Icarus writes a VCD through ``bf_waves.v``, a second root module that starts ``$
 a plusarg (so a failure's window needs no rebuild); Verilator writes an FST through cocotb's Verilator main
 (a model built with ``--trace-fst``, run with ``--trace --trace-file FILE``), which traces from time 0: its
 window is the run up to the failure. Verilator's FST writer needs lz4's header (Debian ``liblz4-dev``, which
-``make setup`` installs); without it Verilator writes a VCD instead. Traced builds live in their own folder beside the plain one: a traced
-Verilator model is slower, and cocotb's Icarus runner rebuilds by file dates only, so one folder cannot
-serve both.
+``make setup`` installs); without it Verilator writes a VCD instead. Traced builds live in their own folder
+beside the plain one: a traced Verilator model is slower, and cocotb's Icarus runner rebuilds by file dates
+only, so one folder cannot serve both.
 
 cocotb's Icarus runner appends vvp's ``-none`` (no dumps) when its own waves are off and ``-fst`` when they
 are on; vvp takes the last format it is given, so ``-vcd`` goes in ``SIM_CMD_SUFFIX``, cocotb's documented

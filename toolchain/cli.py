@@ -242,8 +242,19 @@ def _add_rtl_options(p: argparse.ArgumentParser, default_reuse="1") -> None:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from .verify.simulate import simulate
 
-    for sim, r in simulate(Path(args.out), args.simulator, args.vectors, args.seed, progress=progress,
-                           waves=args.waves, netlist=args.netlist).items():
+    if args.netlist is not None:
+        from .errors import BitforgeError
+        from .verify.netlist import check_netlist
+
+        if args.simulator == "verilator":
+            raise BitforgeError(f"--netlist {args.netlist} runs on Icarus (yosys's cell models are simulation models "
+                                "for it); leave out --simulator verilator")
+        results = {f"netlist {args.netlist}": check_netlist(Path(args.out), args.netlist, args.vectors, args.seed,
+                                                             progress=progress, waves=args.waves)}
+    else:
+        results = simulate(Path(args.out), args.simulator, args.vectors, args.seed, progress=progress,
+                           waves=args.waves)
+    for sim, r in results.items():
         print_simulation(sim, r)
     return 0
 

@@ -147,18 +147,11 @@ def failure_message(label: str, res: dict, outcome: TestOutcome, work: Path) -> 
 
 
 def simulate(out: Path, simulator: str = "both", vectors: int = 2000, seed: int = 0,
-             progress: Callable[[str], None] = lambda m: None, waves: bool = False,
-             netlist: Optional[str] = None) -> dict:
+             progress: Callable[[str], None] = lambda m: None, waves: bool = False) -> dict:
     """Run the bench on each simulator; returns ``{simulator: result}`` and merges it into ``report.json``.
 
-    ``waves`` writes each run's waveform (``result["waves"]``). ``netlist`` (a target) runs the gate-level
-    check of that target's synthesised netlist instead (:func:`.netlist.check_netlist`): Icarus only."""
-    if netlist is not None:
-        if simulator == "verilator":
-            raise BitforgeError(f"--netlist {netlist} runs on Icarus (yosys's cell models are simulation models for "
-                                "it); leave out --simulator verilator")
-        from .netlist import check_netlist
-        return {f"netlist {netlist}": check_netlist(out, netlist, vectors, seed, progress=progress, waves=waves)}
+    ``waves`` writes each run's waveform (``result["waves"]``). The gate-level check of a synthesised netlist is
+    :func:`.netlist.check_netlist`."""
     out = Path(out).resolve()
     sims = expand(simulator)
     g = ir.load(out)

@@ -408,11 +408,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "of ~25k LUTs took over 20 minutes on 2 cores")
     p.add_argument("--simulate", default="none", choices=["none", "icarus", "verilator", "both"],
                    help="also check both designs' RTL bit for bit with cocotb (default none)")
-
-
     p.add_argument("--force", action="store_true",
                    help="replace a design folder under --work (DIR/DESIGN/bitforge, DIR/DESIGN/da4ml) that bitforge "
                         "did not write: its files are deleted (without it such a folder is refused, exit 2)")
+
+
 def options_from_args(args: argparse.Namespace) -> BenchOptions:
     return BenchOptions(designs=tuple(parse_designs(args.designs)), targets=tuple(parse_targets(args.targets)),
                         work=Path(args.work), latency_cutoff=args.latency_cutoff, clock_mhz=args.clock,

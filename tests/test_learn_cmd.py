@@ -184,6 +184,9 @@ def test_bench_online_merges_earlier_runs_section_by_section():
         (144, "xcvu9p", 1000), (240, "xcvu9p", 1020), (65536, "ecp5-85f", 9999)]
     assert res.sources == {"scaling": ["bitforge sweep", "bitforge big", "bitforge now"]}
     assert "`bitforge sweep`; `bitforge big`; `bitforge now`" in markdown(res, "bitforge now", {})
+    again = merge_results([sweep, big], OnlineBenchResult(scaling=[_hw("kan", 144, 1001), _hw("kan", 240, 1011)],
+                                                          command="bitforge again"))  # every sweep row again
+    assert again.sources == {"scaling": ["bitforge big", "bitforge again"]}
     old = {k: v for k, v in _hw("kan", 96, 900).items() if k != "params"} | {"parameters": 96}  # an older JSON's row
     (row,) = merge_results([OnlineBenchResult(scaling=[old])], OnlineBenchResult()).scaling
     assert row["params"] == 96 and "parameters" not in row

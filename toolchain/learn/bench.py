@@ -121,21 +121,20 @@ ROW_KEYS = {"accuracy": ("task", "model", "datapath", "rounding"), "t5": ("model
 
 def merge_results(earlier: list[OnlineBenchResult], res: OnlineBenchResult) -> OnlineBenchResult:
     """``res`` with the rows of earlier runs (``--online-merge``) added section by section; a row measured again
-    in a later run replaces the earlier one. ``sources`` records which commands each section's rows came from."""
+    in a later run replaces the earlier one. ``sources`` records which commands each section's rows came from
+    (a run whose rows were all measured again drops out)."""
+    parts = [*earlier, res]
     for section, keys in ROW_KEYS.items():
-        rows: dict[tuple, dict] = {}
-        sources: list[str] = []
-        for part in [*earlier, res]:
-            part_rows = getattr(part, section)
-            for r in part_rows:
+        rows: dict[tuple, tuple[dict, int]] = {}
+        for i, part in enumerate(parts):
+            for r in getattr(part, section):
                 if "parameters" in r:  # rows written before the issue's "params" key was the only one
                     r = {k: v for k, v in r.items() if k != "parameters"} | {"params": r.get("params", r["parameters"])}
-                rows[tuple(str(r.get(k)) for k in keys)] = r
-            if part_rows:
-                for c in (part.sources.get(section) or [part.command or "?"]):
-                    if c not in sources:
-                        sources.append(c)
-        setattr(res, section, list(rows.values()))
+                rows[tuple(str(r.get(k)) for k in keys)] = (r, i)
+        setattr(res, section, [r for r, _ in rows.values()])
+        kept = {i for _, i in rows.values()}
+        sources = list(dict.fromkeys(c for i, part in enumerate(parts) if i in kept
+                                     for c in (part.sources.get(section) or [part.command or "?"])))
         if sources:
             res.sources[section] = sources
     return res

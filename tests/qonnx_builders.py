@@ -57,6 +57,25 @@ def ort_run(model: onnx.ModelProto, x: np.ndarray, optimize: bool = False) -> np
 
 # -- float models ---------------------------------------------------------------------------------------
 
+def float_mlp(path, w1=None, op2: str = "Relu", nan: bool = False):
+    """A float ONNX MLP 4 -> H -> 2 (MatMul, ``op2``, MatMul) saved at ``path``: the CLI tests' small model. ``w1``
+    (4 x H) replaces the first layer's seeded weights; ``nan`` plants a NaN weight."""
+    rng = np.random.default_rng(0)
+    w1 = rng.normal(size=(4, 3)).astype(np.float32) if w1 is None else w1
+    if nan:
+        w1 = w1.copy()
+        w1[0, 0] = np.nan
+    w2 = rng.normal(size=(w1.shape[1], 2)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+             helper.make_node(op2, ["h"], ["r"], name="act1"),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2])],
+                              [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
 def float_mlp_gemm(sizes: Sequence[int] = (6, 12, 4), seed: int = 0) -> onnx.ModelProto:
     """Gemm(transB=1) + Relu layers, as torch.onnx exports nn.Linear on 2-D inputs; no Relu after the last."""
     rng = np.random.default_rng(seed)

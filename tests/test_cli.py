@@ -7,29 +7,10 @@ import json
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from bitforge.toolchain import emulate, ir
 from bitforge.toolchain.cli import build_parser, main
-
-
-def float_mlp(path, w1=None, op2="Relu", nan=False):
-    """A float ONNX MLP 4 -> 3 -> 2 written with onnx.helper; ``op2`` replaces the activation."""
-    rng = np.random.default_rng(0)
-    w1 = rng.normal(size=(4, 3)).astype(np.float32) if w1 is None else w1
-    if nan:
-        w1 = w1.copy()
-        w1[0, 0] = np.nan
-    w2 = rng.normal(size=(3, 2)).astype(np.float32)
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
-             helper.make_node(op2, ["h"], ["r"], name="act1"),
-             helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")]
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2])],
-                              [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    onnx.save(model, str(path))
-    return path
+from qonnx_builders import float_mlp
 
 
 def run_cli(capsys, *argv):

@@ -7,10 +7,8 @@ import json
 from fractions import Fraction
 
 import numpy as np
-import onnx
 import pytest
 import torch
-from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
 from bitforge.models import InputQuant, QuantLinear
@@ -22,19 +20,7 @@ from bitforge.toolchain.passes.precision import (SATURATED_SHARE, ZEROED_SHARE, 
                                                  weight_code_warnings)
 from bitforge.toolchain.passes.quantize import fit_integer_bits
 from bitforge.toolchain.weight_codes import WEIGHT_CODES_KEY
-
-
-def float_mlp(path, w1):
-    rng = np.random.default_rng(0)
-    w2 = rng.normal(size=(8, 2)).astype(np.float32)
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
-             helper.make_node("Relu", ["h"], ["r"], name="act1"),
-             helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")]
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2])],
-                              [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    return path
+from qonnx_builders import float_mlp
 
 
 def normal_weights():

@@ -28,6 +28,7 @@ from qonnx_builders import float_mlp
 
 # -- fixtures: built once ------------------------------------------------------------------------------------
 
+@pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """``kt``: kan-tracker compiled to ONNX and RTL (a folder every reading command accepts); ``pt2``: a clean
     torch.export archive of a float MLP."""

@@ -6,8 +6,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from bitforge.models.online_learners import A2CConfig, rollout_next_values
-from bitforge.toolchain.learn.bench import t5_config
-from bitforge.toolchain.learn.a2c import a2c_spec, gamma_shift, run_a2c_fixed, sigmoid_table
+from bitforge.toolchain.learn.a2c import a2c_spec, gamma_shift, run_a2c_fixed, sigmoid_table, t5_config
 from bitforge.toolchain.learn.spec import LearnerError
 
 pytestmark = pytest.mark.usefixtures("one_thread")

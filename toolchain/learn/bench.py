@@ -196,35 +196,10 @@ def accuracy_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]
     return rows
 
 
-#: log2 of T5's reward scale: V reaches reward / (1 - gamma) = 4 instead of 64, inside every datapath.
-T5_REWARD_SHIFT = 4
-#: The MLP [4, 16, 3]'s eta = 2**-N at reward 1 in T5 (1,000 float episodes, seeds 0-2: 2**-10 collapses all three
-#: runs to one action; 2**-11 and 2**-12 solve one each, 2**-12 with the best means of the other two).
-T5_MLP_LR_SHIFT = 12
-
-
-def t5_config(model: str, episodes: int):
-    """T5's A2C configuration per model: :class:`A2CConfig`'s defaults (512-step rollouts, gamma 1 - 2**-6,
-    advantages saturated at 16, KAN [4, 3] at eta 2**-10; the MLP [4, 16, 3] at T5_MLP_LR_SHIFT) with the reward
-    scaled to 2**-4 per step, so that V stays inside the narrow datapaths. Eta 2**4 times larger, critic weight
-    and advantage clip 2**-4 times then give exactly the dynamics of reward 1 (the actor's step scales with the
-    advantage, the critic's relative step does not)."""
-    from bitforge.models.online_learners import A2CConfig
-
-    from .spec import LearnerSpec, UpdateRule
-
-    base = A2CConfig()
-    spec = base.spec if model == "kan" else LearnerSpec("mlp", (4, 16, 3), rule=UpdateRule(T5_MLP_LR_SHIFT))
-    spec = spec.replace(lr_shift=spec.rule.lr_shift - T5_REWARD_SHIFT)
-    return A2CConfig(spec=spec, reward=base.reward * 2.0 ** -T5_REWARD_SHIFT,
-                     critic_weight=base.critic_weight * 2.0 ** -T5_REWARD_SHIFT,
-                     advantage_clip=base.advantage_clip * 2.0 ** -T5_REWARD_SHIFT, max_episodes=episodes)
-
-
 def t5_rows(options: OnlineBenchOptions, progress: Progress) -> list[dict]:
     from bitforge.models.online_learners import run_a2c
 
-    from .a2c import run_a2c_fixed
+    from .a2c import run_a2c_fixed, t5_config
     from .run import format_label
 
     rows = []

@@ -2,8 +2,8 @@
 
 * **Accuracy**: T1, T2, T4 for the KAN and MLP reference learners at float and at <16,6>, <10,4>, <8,4>
   datapaths (8 guard bits, round-to-nearest updates; <8,4> also with stochastic rounding), averaged over task
-  seeds, each fixed-point row with its ratio to float; T5 (CartPole, A2C, float) as episodes to a 100-episode
-  mean of 475. Fixed point is the golden model, which the RTL matches bit for bit (``tests/rtl``).
+  seeds, each fixed-point row with its ratio to float; T5 (CartPole, A2C, float and the same datapaths) as
+  episodes to a 100-episode mean of 475. Fixed point is the golden model, which the RTL matches bit for bit (``tests/rtl``).
 * **Hardware**: the T1 and T4 reference learners' generated cores, implemented by ``implement`` (ecp5-85f
   after place and route; xcvu9p a synthesis estimate): latency of one forward + update step in cycles and ns,
   II, LUT, FF, DSP, BRAM; the public HLS KAN learner's published numbers as a reference row.

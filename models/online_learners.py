@@ -395,13 +395,16 @@ def _run_a2c(config: A2CConfig, seeds: Sequence[int], etas: Sequence[float] | No
                 last = len(xs) == config.rollout - 1
                 boot = trunc | last
                 v = learner.forward(torch.tensor(nxt, dtype=dt) / scale)[:, 2].numpy() if boot.any() else None
-                xs.append(x), actions.append(torch.from_numpy(action)), terms.append(term)
-                lives.append(torch.tensor(log.active, dtype=dt)), masks.append(boot)
+                xs.append(x)
+                actions.append(torch.from_numpy(action))
+                terms.append(term)
+                lives.append(torch.tensor(log.active, dtype=dt))  # a run learns from what it played while learning
+                masks.append(boot)
                 boots.append(np.zeros(runs) if v is None else v)
                 log.step(term | trunc)
                 state = env.reset(term | trunc) if (term | trunc).any() else nxt
         if len(xs) < config.rollout:
-            break  # max_steps came first: no bootstrap for an unfinished rollout
+            break  # every run stopped (solved, out of episodes, max_steps) before the rollout's end
         nexts = rollout_next_values(terms, masks, boots,
                                     lambda v, term: config.reward + config.gamma * v * (1.0 - term))
         for x, action, term, live, nv in zip(xs, actions, terms, lives, nexts):

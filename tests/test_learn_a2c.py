@@ -1,6 +1,7 @@
 """T5: A2C on CartPole with the fixed-point golden learner (``bitforge.toolchain.learn.a2c``)."""
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -22,6 +23,8 @@ def test_discount_and_reward_must_be_what_the_controller_can_compute():
         run_a2c_fixed(A2CConfig(critic_weight=0.3, max_episodes=1), "fixed<16,6>")
     with pytest.raises(LearnerError, match="entropy bonus 0.01: .* has none"):
         run_a2c_fixed(A2CConfig(entropy=0.01, max_episodes=1), "fixed<16,6>")
+    with pytest.raises(LearnerError, match="advantage clip 0.001 is below the datapath's LSB"):
+        run_a2c_fixed(A2CConfig(advantage_clip=0.001, max_episodes=1), "fixed<8,4>")
 
 
 def test_rollout_returns_bootstrap_at_truncations_and_the_rollout_end():
@@ -72,3 +75,25 @@ def test_fixed_point_kan_solves_cartpole():
     100-episode mean of 475 (seed 0 alone: at episode 564; minutes)."""
     res = run_a2c_fixed(t5_config("kan", 1000), "fixed<16,6>", seeds=(0,))
     assert res.solved_at[0] is not None and np.mean(res.returns[0][-100:]) >= 475
+
+
+def test_a2c_command_runs_one_configuration_and_refuses_bad_options(tmp_path, capsys):
+    """``python -m bitforge.toolchain.learn.a2c``: per seed a line and the JSON rows; bad options exit 2 naming
+    the option."""
+    from bitforge.toolchain.learn.a2c import main
+
+    out = tmp_path / "t5.json"
+    assert main(["--datapath", "fixed<16,6>", "--seeds", "0,1", "--episodes", "2", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert [r["seed"] for r in doc["runs"]] == [0, 1] and all(r["episodes"] == 2 for r in doc["runs"])
+    assert "seed 1: 2 episodes, not solved" in capsys.readouterr().out
+    for argv, message in ((["--datapath", "fixed<16,x>"], "argument --datapath: 'fixed<16,x>'"),
+                          (["--seeds", "a"], "argument --seeds"),
+                          (["--lr-shift", "2"], "argument --lr-shift: expected a whole number from 4")):
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        assert stop.value.code == 2 and message in capsys.readouterr().err
+    assert main(["--datapath", "fixed<8,6>"]) == 2                 # the scaled reward, 2**-4, is below its LSB
+    assert "error: A2C reward 0.0625 is below the datapath's LSB" in capsys.readouterr().err
+    with pytest.raises(LearnerError, match="advantage_clip = 0"):
+        A2CConfig(advantage_clip=0)

@@ -104,6 +104,9 @@ def run_a2c_fixed(config, datapath: str = "fixed<16,6>", seeds: Sequence[int] = 
         raise LearnerError(f"A2C critic weight {config.critic_weight}: the fixed-point controller needs 2**-n, n >= 0")
     # the advantage's saturation in datapath LSBs (none: the controller's own range)
     clip = fixed.quantize(config.advantage_clip, wide).item() if config.advantage_clip is not None else wide.max_code
+    if clip <= 0:
+        raise LearnerError(f"A2C advantage clip {config.advantage_clip} is below the datapath's LSB ({dp.lsb}): "
+                           "nothing would be learned; use a larger clip (scaled with the reward) or None")
     env = CartPoleVec(R, seed=int(seeds[0]))
     pick = np.random.default_rng((int(seeds[0]), 0xA2C))
     scale = np.asarray(CARTPOLE_OBS_SCALE)
@@ -133,12 +136,15 @@ def run_a2c_fixed(config, datapath: str = "fixed<16,6>", seeds: Sequence[int] = 
             nxt, _, term, trunc = env.step(action)
             boot = trunc | (len(xs) == config.rollout - 1)
             boots.append(st.predict(codes(nxt))[:, 2] if boot.any() else np.zeros(R, dtype=np.int64))
-            xs.append(x), actions.append(action), terms.append(term), lives.append(log.active.copy())
+            xs.append(x)
+            actions.append(action)
+            terms.append(term)
+            lives.append(log.active.copy())                       # what it played while learning
             masks.append(boot)
             log.step(term | trunc)
             state = env.reset(term | trunc) if (term | trunc).any() else nxt
         if len(xs) < config.rollout:
-            break                                                 # max_steps came first
+            break                           # every run stopped (solved, out of episodes, max_steps) before its end
         nexts = rollout_next_values(terms, masks, boots, step_return)
         for x, action, term, live, nv in zip(xs, actions, terms, lives, nexts):
             out = st.predict(x)                                   # V(s) and pi with the current coefficients
@@ -221,8 +227,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="episode cap per run (default 3000; a run stops once solved)")
     ap.add_argument("--rollout", type=positive_int, default=None, metavar="N",
                     help="steps acted with the parameters held before the per-sample updates (default 512; 1 is TD(0))")
-    ap.add_argument("--lr-shift", type=positive_int, default=None, metavar="N",
-                    help="eta = 2**-N at reward 1 (default: KAN 10, MLP the benchmark's)")
+    ap.add_argument("--lr-shift", type=bounded_int(T5_REWARD_SHIFT, 40), default=None, metavar="N",
+                    help=f"eta = 2**-N at reward 1 (default: KAN 10, MLP the benchmark's; N >= {T5_REWARD_SHIFT}: the "
+                         f"run's eta is 2**{T5_REWARD_SHIFT} times larger)")
     ap.add_argument("--gamma-shift", type=bounded_int(1, 16), default=None, metavar="N",
                     help="discount gamma = 1 - 2**-N (default 6)")
     ap.add_argument("--critic-shift", type=bounded_int(-T5_REWARD_SHIFT, 16), default=None, metavar="N",
@@ -250,9 +257,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.lr_shift is not None:
             over["spec"] = cfg.spec.replace(lr_shift=args.lr_shift + (-T5_REWARD_SHIFT))
         cfg = replace(cfg, **over)
-        if cfg.spec.rule.lr_shift < 0:
-            raise LearnerError(f"--lr-shift {args.lr_shift}: the scaled reward needs eta 2**{T5_REWARD_SHIFT} times "
-                               f"larger; give --lr-shift >= {T5_REWARD_SHIFT}")
         t0 = last = time.monotonic()
 
         def progress(run: int, episode: int, ret: float) -> None:

@@ -21,13 +21,13 @@ def _ccache_stats(env: dict) -> dict[str, int]:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("ccache") is None, reason="ccache is not installed (make setup installs it)")
 def test_verilator_warm_up_fills_ccache_for_the_next_design(tmp_path, monkeypatch):
     """After the warm-up, a first cocotb build of a different design finds Verilator's runtime objects in ccache."""
     import os
 
     from bitforge.toolchain.verify.simulators import run_cocotb
 
+    assert shutil.which("ccache"), "ccache is missing: make setup installs it with Icarus Verilog"
     monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "ccache"))  # a cold cache of its own
     messages = []
     seconds = warm.warm_tools([warm.VERILATOR], progress=messages.append)

@@ -191,7 +191,7 @@ def options_from_args(args) -> LearnOptions:
 
 
 def add_commands(sub, fmt) -> None:
-    import textwrap
+    from ..console import examples
 
     p = sub.add_parser(
         "learn", formatter_class=fmt, help="run an online learner on a task or your own stream (golden, RTL, hardware)",
@@ -203,7 +203,7 @@ def add_commands(sub, fmt) -> None:
                     "implements it (yosys + nextpnr). The learning rate is a right shift: only powers of two "
                     "exist (eta = 2^-N); --lr rounds any other value to the nearest one and says so. OUT/final is "
                     "the learned model: bitforge emulate OUT --input X.npy predicts with it from float inputs.",
-        epilog="examples:\n" + textwrap.indent(textwrap.dedent("""
+        epilog=examples("""
             bitforge learn t1 -o out/t1                        # KAN [1,1], G=5, k=3, <16,6>
             bitforge learn t1 --datapath 'fixed<8,4>' --rounding stochastic -o out/t1-8
             bitforge learn t1 --target ecp5-85f -o out/t1-hw   # golden + RTL + place and route
@@ -214,7 +214,7 @@ def add_commands(sub, fmt) -> None:
             bitforge learn --data x.npy,y.npy --model mlp --layers 4,16,1 -o out/mine-mlp
             bitforge learn --data stream.csv --grid-range=-2,2 --target ecp5-25f -o out/mine-hw
             bitforge emulate out/mine --input x_new.npy -o y.npy   # predict with the learned state
-        """).strip(), "  "))
+        """))
     p.add_argument("task", nargs="?", choices=TASKS, default=None, metavar="TASK",
                    help=f"a benchmark task: {', '.join(TASKS)} (or --data)")
     p.add_argument("--data", metavar="FILE", default=None,

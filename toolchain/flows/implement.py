@@ -9,7 +9,6 @@ stands for a run that failed.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from ..errors import BitforgeError
+from ..jsonfile import read_json_object
 from ..report.file import read_report, update_report
 from .cache import StageCache, StageNotCached, write_atomic
 from .constraints import clock_port, gowin_cst
@@ -51,14 +51,7 @@ def read_manifest(out: Path) -> Manifest:
     path = out / "rtl" / "manifest.json"
     if not path.is_file():
         raise ManifestError(f"{path}: missing; generate the RTL first (bitforge compile MODEL -o {out} --to rtl)")
-    try:
-        m = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ManifestError(f"{path}: not valid JSON ({e}); generate the RTL again (bitforge compile MODEL -o {out} "
-                            "--to rtl)") from None
-    if not isinstance(m, dict):
-        raise ManifestError(f"{path}: expected a JSON object, found a {type(m).__name__}; generate the RTL again "
-                            f"(bitforge compile MODEL -o {out} --to rtl)")
+    m = read_json_object(path, ManifestError, f"generate the RTL again (bitforge compile MODEL -o {out} --to rtl)")
     top = m.get("board_top") or m.get("top")  # the RTL backend names the core 'top' and its board wrapper 'board_top'
     if not isinstance(top, str) or not top:
         raise ManifestError(f"{path}: expected 'top' (or 'board_top'), the name of the board-level top module")

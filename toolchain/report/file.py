@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..errors import BitforgeError
+from ..jsonfile import read_json_object
 
 
 class ReportError(BitforgeError):
@@ -26,15 +27,8 @@ def read_report(out: Path) -> dict:
     path = Path(out) / "report.json"
     if not path.is_file():
         return {}
-    try:
-        report = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ReportError(f"{path}: not valid JSON ({e}); compile the model into OUT again, or delete the file "
-                          "to start a new report") from None
-    if not isinstance(report, dict):
-        raise ReportError(f"{path}: expected a JSON object, found a {type(report).__name__}; compile the model into "
-                          "OUT again, or delete the file to start a new report")
-    return report
+    return read_json_object(path, ReportError, "compile the model into OUT again, or delete the file to start a new "
+                            "report")
 
 
 @contextmanager

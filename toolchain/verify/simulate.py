@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import emulate, ir
 from ..errors import BitforgeError
+from ..jsonfile import read_json_object
 from ..fixed import FixedType
 from ..report.file import read_report, update_report
 from .simulators import SimulationFailed, TestOutcome, expand, run_cocotb
@@ -44,12 +45,7 @@ def load_manifest(out: Path) -> dict:
     again = f"generate the RTL again (bitforge compile MODEL -o {out} --to rtl)"
     if not m.is_file():
         raise BitforgeError(f"{m}: missing; compile with --to rtl first (bitforge compile MODEL -o {out} --to rtl)")
-    try:
-        man = json.loads(m.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BitforgeError(f"{m}: not valid JSON ({e}); {again}") from None
-    if not isinstance(man, dict):
-        raise BitforgeError(f"{m}: expected a JSON object, found a {type(man).__name__}; {again}")
+    man = read_json_object(m, BitforgeError, again)
     for key, kind in MANIFEST_FIELDS.items():
         if not isinstance(man.get(key), kind) or isinstance(man.get(key), bool):
             raise BitforgeError(f"{m}: expected '{key}' ({kind.__name__}), found {man.get(key)!r}; {again}")

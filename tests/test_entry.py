@@ -41,3 +41,24 @@ def test_sigint_early_in_a_real_run_never_prints_a_traceback(tmp_path, delay):
     assert "Traceback" not in err, err
     assert proc.returncode in (130, -signal.SIGINT), (proc.returncode, err)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_signal_that_lands_in_a_callback_python_swallows_still_stops_the_run():
+    """Python prints "Exception ignored" and carries on when the handler raises inside a weakref or gc callback
+    (seen with importlib's module-lock callback); bitforge sends the signal again, so the run still stops."""
+    code = ("import os, signal, time, weakref\n"
+            "from bitforge.toolchain.processes import signals_raise\n"
+            "class A: pass\n"
+            "def cb(_):\n"
+            "    os.kill(os.getpid(), signal.SIGINT)\n"
+            "    for _ in range(1000): pass\n"
+            "try:\n"
+            "    with signals_raise():\n"
+            "        a = A(); r = weakref.ref(a, cb); del a\n"
+            "        end = time.monotonic() + 10\n"
+            "        while time.monotonic() < end: pass\n"
+            "    print('not interrupted')\n"
+            "except KeyboardInterrupt:\n"
+            "    print('interrupted')\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.stdout.strip() == "interrupted" and "Traceback" not in p.stderr, (p.stdout, p.stderr)

@@ -134,16 +134,32 @@ def worker_thread(name: str) -> Iterator[ThreadPoolExecutor]:
 @contextlib.contextmanager
 def signals_raise() -> Iterator[None]:
     """SIGTERM and SIGHUP raise :class:`~.errors.Terminated` in the main thread while the block runs (Ctrl-C
-    already raises ``KeyboardInterrupt``); a signal set to be ignored stays ignored."""
+    already raises ``KeyboardInterrupt``); a signal set to be ignored stays ignored.
+
+    Python runs a signal's handler at the next bytecode, which may be inside a callback whose exceptions it
+    swallows (importlib's module-lock weakref callback, a gc callback): it prints "Exception ignored ... Traceback"
+    and the run goes on as if no signal came. The unraisable hook catches exactly that case and sends the signal
+    again from a timer thread a moment later (sent from the hook itself, it would be raised inside the hook and
+    swallowed again), so it is raised once the main thread is out of the callback."""
     def handler(signum, frame):
         raise Terminated(signum)
 
+    def resend(unraisable) -> None:
+        exc = unraisable.exc_value
+        if isinstance(exc, KeyboardInterrupt):  # Terminated included
+            threading.Timer(0.05, os.kill, (os.getpid(), getattr(exc, "signum", signal.SIGINT))).start()
+        else:
+            previous_hook(unraisable)
+
     previous = {}
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = resend
     try:
         for s in (signal.SIGTERM, signal.SIGHUP):
             if signal.getsignal(s) is not signal.SIG_IGN:
                 previous[s] = signal.signal(s, handler)
         yield
     finally:
+        sys.unraisablehook = previous_hook
         for s, h in previous.items():
             signal.signal(s, h if h is not None else signal.SIG_DFL)

@@ -62,3 +62,21 @@ def test_a_signal_that_lands_in_a_callback_python_swallows_still_stops_the_run()
             "    print('interrupted')\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.stdout.strip() == "interrupted" and "Traceback" not in p.stderr, (p.stdout, p.stderr)
+
+
+def test_an_interrupt_an_extension_turned_into_an_import_error_is_still_an_interrupt(capsys, monkeypatch):
+    """Ctrl-C during onnxruntime's pybind11 initialisation surfaces as ``ImportError: initialization failed``
+    raised from the KeyboardInterrupt: bitforge stops with its one line and 130, not a traceback."""
+    from bitforge.toolchain import cli
+
+    def import_fails(args):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as e:
+            raise ImportError("initialization failed") from e
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    parser._subparsers._group_actions[0].choices["inspect"].set_defaults(func=import_fails)
+    assert cli.main(["inspect"]) == 130
+    assert capsys.readouterr().err.strip() == "stopped by SIGINT"

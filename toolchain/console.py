@@ -133,3 +133,36 @@ def print_target(target: str, r: dict) -> None:
     t.add_row(*(str(r.get(k)) for k in ("lut", "ff", "dsp", "bram")), f"{fmax:.1f}" if fmax else "-", lat,
               str(r.get("ii")), str(r.get("bitstream") or "none (synthesis estimate)"))
     out_console.print(t)
+
+
+def print_bundle(bundle, checked: bool = False) -> None:
+    """``bitforge inspect BUNDLE.bfb``: a verified bundle's manifest (``bitforge.runtime.bundle.Bundle``)."""
+    m = bundle.manifest
+    digest = "matches --expect-sha256" if checked else "not checked against a digest from elsewhere"
+    result(f"bundle {bundle.path}: {bundle.size:,} bytes, SHA-256 {bundle.sha256} ({digest})")
+    result(f"every member's size and SHA-256 match bundle.json ({len(m.members)} members)")
+    result(f"model {m.model_name}: model_id {m.model_id}")
+    result(f"  arch_id {m.arch_id}")
+    result(f"bitforge {m.bitforge_version}, protocol version {m.protocol_version}, bundle format {m.format_version}")
+    for kind, tensors in (("input", m.inputs), ("output", m.outputs)):
+        for t in tensors:
+            result(f"{kind} {t.name}: shape {list(t.shape)}, {t.type}")
+    d = m.device
+    weights = "constant weights" if d.weights is None else f"weights in {d.weights.get('mode', '?')} (reloadable)"
+    result(f"device {d.top}: in {d.input.name} {list(d.input.shape)} {d.input.type}, out {d.output.name} "
+           f"{list(d.output.shape)} {d.output.type}; latency {d.latency_cycles} cycles, II {d.ii}; {weights}")
+    b = m.board
+    if b is None:
+        result("board: none (no bitstream: the simulated board and the CPU path)")
+    else:
+        fmax = "-" if b.fmax_mhz is None else f"{b.fmax_mhz:.1f} MHz"
+        result(f"board {b.board} ({b.target}): bitstream {b.bitstream}, clock {b.clock_hz:,} Hz, {b.baud:,} baud "
+               f"({b.clks_per_bit} clocks per bit), Fmax {fmax}")
+        if b.resources:
+            result("  resources: " + ", ".join(f"{k} {v}" for k, v in b.resources.items()))
+    t = Table(title="members", title_justify="left")
+    for col in ("path", "bytes", "sha256"):
+        t.add_column(col, justify="right" if col == "bytes" else "left")
+    for member in m.members:
+        t.add_row(escape(member.path), f"{member.size:,}", member.sha256)
+    table_console(140).print(t)

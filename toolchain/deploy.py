@@ -1,0 +1,204 @@
+"""``bitforge deploy``: a compiled output folder to one bundle file (``bitforge.runtime.bundle``).
+
+The folder is what ``bitforge compile MODEL --to onnx --to rtl -o OUT`` or ``bitforge flow`` wrote. Without a
+board the bundle serves the simulated board and the CPU (no bitstream); with one, the bitstream that ``bitforge
+flow MODEL --board B -o OUT`` recorded in ``report.json`` under ``boards.<B>`` goes in too. Only files bitforge
+names (the IR, the ONNX model, the reports, the Verilog listed in ``rtl/manifest.json``, the board's bitstream
+and constraints) are taken, each a regular file inside OUT: a link out of the folder is refused, not followed.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from ..runtime.bundle import REQUIRED, Board, Device, Manifest, TensorFormat, name_problem, pack
+from ..runtime.protocol import PROTOCOL_VERSION
+from . import identity, ir
+from .errors import BitforgeError
+from .jsonfile import read_json_object
+from .outputs import MARKER, is_bitforge_output, write_file
+from .report.file import read_report
+
+PathLike = Union[str, os.PathLike]
+
+
+class DeployError(BitforgeError):
+    """An output folder that cannot become a bundle: not bitforge's, a file missing, a board not built."""
+
+
+@dataclass(frozen=True)
+class Deployed:
+    """A bundle just written: where, its SHA-256 (to give to whoever checks it with ``--expect-sha256``), its
+    size and manifest."""
+
+    path: Path
+    sha256: str
+    size: int
+    manifest: Manifest
+
+
+def tensor_format(spec: ir.TensorSpec) -> TensorFormat:
+    t = spec.dtype
+    if t is None:
+        return TensorFormat(spec.name, tuple(spec.shape), spec.type_str())
+    return TensorFormat(spec.name, tuple(spec.shape), spec.type_str(), width=t.width, integer=t.integer,
+                        signed=t.signed, rounding=t.rounding.value, overflow=t.overflow.value)
+
+
+def _bitforge_version() -> str:
+    try:
+        return version("bitforge")
+    except PackageNotFoundError:  # a source tree that is not installed
+        return "unknown"
+
+
+def _model_hint(report: dict) -> str:
+    model = report.get("model")
+    name = model.get("name") if isinstance(model, dict) else None
+    return name if isinstance(name, str) and name else "MODEL"
+
+
+class _Folder:
+    """The output folder being bundled: reads the files bitforge names, refusing anything outside it."""
+
+    def __init__(self, out: Path):
+        self.out = out
+        self.root = Path(os.path.realpath(out))
+        self.files: dict[str, bytes] = {}
+
+    def add(self, rel: Any, named_by: str, remedy: str) -> str:
+        if not isinstance(rel, str):
+            raise DeployError(f"{named_by}: a file path should be a string, found {rel!r}; {remedy}")
+        why = name_problem(rel)
+        if why is not None:
+            raise DeployError(f"{named_by} names {rel!r}, which cannot go into a bundle: {why}")
+        path = self.out / rel
+        if os.path.islink(path) or not Path(os.path.realpath(path)).is_relative_to(self.root):
+            raise DeployError(f"{path} (named by {named_by}) is a symbolic link or lies outside {self.out}; a "
+                              "bundle takes only the files bitforge wrote inside OUT")
+        if not path.is_file():
+            raise DeployError(f"{path} (named by {named_by}) is missing; {remedy}")
+        try:
+            self.files[rel] = path.read_bytes()
+        except OSError as e:
+            raise DeployError(f"{path}: cannot read ({e.strerror or e})") from None
+        return rel
+
+
+def _device(out: Path, man: dict, g: ir.Graph, redo: str) -> Device:
+    where = out / "rtl" / "manifest.json"
+    section = man.get("device")
+    if not isinstance(section, dict):
+        raise DeployError(f"{where} has no 'device' section (the UART device wrapper that a board or the simulated "
+                          f"board runs): {redo}")
+    top, files = section.get("top"), section.get("files")
+    if not isinstance(top, str) or not top or not isinstance(files, list) or not files:
+        raise DeployError(f"{where}: device.top should be a module name and device.files a list of Verilog files; "
+                          f"{redo}")
+    tensors = []
+    for key in ("input_tensor", "output_tensor"):
+        name = man.get(key)
+        if not isinstance(name, str) or name not in g.tensors:
+            raise DeployError(f"{where}: {key} {name!r} is not a tensor of {out / 'model.json'}; {redo}")
+        tensors.append(tensor_format(g.tensors[name]))
+    numbers = {}
+    for key in ("bus_width", "latency_cycles", "ii"):
+        value = man.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "latency_cycles" else 1):
+            raise DeployError(f"{where}: {key} should be a {'non-negative' if key == 'latency_cycles' else 'positive'}"
+                              f" integer, found {value!r}; {redo}")
+        numbers[key] = value
+    hello = section.get("hello", {})
+    weights = man.get("weights", section.get("weights"))
+    if not isinstance(hello, dict) or not (weights is None or isinstance(weights, dict)):
+        raise DeployError(f"{where}: device.hello and weights should be JSON objects; {redo}")
+    return Device(top=top, files=tuple(files), input=tensors[0], output=tensors[1], hello=hello, weights=weights,
+                  **numbers)
+
+
+_BOARD_INTS = ("clock_hz", "baud", "clks_per_bit")
+
+
+def _board(out: Path, report: dict, board: str, folder: _Folder) -> Board:
+    flow = f"bitforge flow {_model_hint(report)} --board {board} -o {out}"
+    boards = report.get("boards")
+    built = sorted(boards) if isinstance(boards, dict) else []
+    entry = boards.get(board) if isinstance(boards, dict) else None
+    if entry is None:
+        raise DeployError(f"{out}: no bitstream for board {board!r} (built for: {', '.join(built) or 'no board'}); "
+                          f"run '{flow}' first")
+    where = f"{out / 'report.json'}: boards.{board}"
+    if not isinstance(entry, dict):
+        raise DeployError(f"{where} is not a JSON object; run '{flow}' again")
+    if entry.get("status", "ok") != "ok" or not entry.get("bitstream"):
+        raise DeployError(f"{where}: the board build did not produce a bitstream ({entry.get('error', 'no path')}); "
+                          f"run '{flow}' again and fix what it reports")
+    for key in _BOARD_INTS:
+        value = entry.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise DeployError(f"{where}.{key} should be a positive integer, found {value!r}; run '{flow}' again")
+    bitstream = folder.add(entry["bitstream"], f"{where}.bitstream", f"run '{flow}' again")
+    constraints = entry.get("constraints")
+    constraints = (folder.add(constraints, f"{where}.constraints", f"run '{flow}' again")
+                   if isinstance(constraints, str) else None)
+
+    def opt(key: str, kind: type) -> Any:
+        value = entry.get(key)
+        return value if isinstance(value, kind) and not isinstance(value, bool) else None
+
+    return Board(board=str(entry.get("board") or board), target=str(entry.get("target") or ""),
+                 bitstream=bitstream, clock_hz=entry["clock_hz"], baud=entry["baud"],
+                 clks_per_bit=entry["clks_per_bit"], top=opt("top", str), core_clock_hz=opt("core_clock_hz", int),
+                 baud_requested=opt("baud_requested", int), pll=opt("pll", dict), constraints=constraints,
+                 fmax_mhz=opt("fmax_mhz", (int, float)), resources=opt("resources", dict) or {})
+
+
+def collect(out: PathLike, board: Optional[str] = None) -> tuple[Manifest, dict[str, bytes]]:
+    """The manifest (members not yet listed) and the member files of ``out``'s bundle."""
+    out = Path(out)
+    if not out.is_dir():
+        raise DeployError(f"{out}: no such folder; deploy takes an output folder of 'bitforge compile MODEL --to "
+                          "onnx --to rtl -o OUT' or 'bitforge flow'")
+    if not is_bitforge_output(out):
+        raise DeployError(f"{out}: not a bitforge output folder (no {MARKER}); deploy takes what 'bitforge compile "
+                          "MODEL --to onnx --to rtl -o OUT' or 'bitforge flow' wrote")
+    report = read_report(out)
+    redo = f"compile it again with this bitforge: bitforge compile {_model_hint(report)} --to onnx --to rtl -o {out}"
+    for name, why in (("model.json", "the IR"), ("model.onnx", "the CPU path's ONNX model (--to onnx)"),
+                      ("rtl/manifest.json", "the Verilog (--to rtl)"), ("report.json", "the report")):
+        if not (out / name).is_file():
+            raise DeployError(f"{out / name} is missing ({why}); {redo}")
+    g = ir.load(out)
+    man = read_json_object(out / "rtl" / "manifest.json", DeployError, redo)
+    device = _device(out, man, g, redo)
+    folder = _Folder(out)
+    for rel in REQUIRED:
+        folder.add(rel, "bitforge deploy", redo)
+    rtl_files = man.get("files")
+    if not isinstance(rtl_files, list):
+        raise DeployError(f"{out / 'rtl' / 'manifest.json'}: 'files' should be a list of paths; {redo}")
+    for rel in sorted(set(rtl_files) | set(device.files), key=str):
+        folder.add(rel, f"{out / 'rtl' / 'manifest.json'}", redo)
+    manifest = Manifest(bitforge_version=_bitforge_version(), protocol_version=PROTOCOL_VERSION, model_name=g.name,
+                        model_id=identity.model_id(g), arch_id=identity.arch_id(g),
+                        inputs=tuple(tensor_format(g.tensors[n]) for n in g.inputs),
+                        outputs=tuple(tensor_format(g.tensors[n]) for n in g.outputs), device=device,
+                        board=None if board is None else _board(out, report, board, folder))
+    return manifest, folder.files
+
+
+def write_bundle(out: PathLike, board: Optional[str], bundle_path: PathLike) -> Deployed:
+    """Bundle ``out`` (for ``board``, or for the simulated board and the CPU when None) into ``bundle_path``,
+    written atomically (``outputs.write_file``): a failed deploy leaves no file and an earlier bundle as it was."""
+    out = Path(out)
+    real = Path(os.path.realpath(bundle_path))
+    if out.is_dir() and real.is_relative_to(Path(os.path.realpath(out))):
+        raise DeployError(f"-o {bundle_path}: inside the output folder {out}, which deploy reads; write the bundle "
+                          "beside it, e.g. -o model.bfb")
+    manifest, files = collect(out, board)
+    data, bundle = pack(manifest, files)
+    written = write_file(bundle_path, lambda f: f.write(data), inputs=(out,))
+    return Deployed(path=written, sha256=bundle.sha256, size=bundle.size, manifest=bundle.manifest)

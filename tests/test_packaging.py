@@ -24,7 +24,7 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for must in ("bitforge/toolchain/cli.py", "bitforge/toolchain/fixed.py", "bitforge/models/__init__.py",
                  "bitforge/runtime/__init__.py", "bitforge/rtl/README.md", "bitforge/hls/README.md",
-                 "bitforge/toolchain/compress/neuqi_search.c"):
+                 "bitforge/toolchain/compress/neuqi_search.c", "bitforge/runtime/simboard/sim_main.cpp"):
         assert must in names, must
 
     # A fresh venv without pip whose only link to the dev environment is a .pth to its site-packages

@@ -42,7 +42,7 @@ def place_and_route(work: Path, target: Target, netlist: str, top: str, *, clock
     flow = target.flow
     assert flow is not None, f"{target.name} makes no bitstream"
     placed = f"{top}{flow.placed_suffix}"
-    args = [*flow.device_args, *(["--vopt", f"cst={pin_file}"] if pin_file else []), "--json", netlist,
+    args = [*flow.device_args, *pin_file_args(target, pin_file), "--json", netlist,
             flow.placed_flag, placed, "--freq", f"{clock_mhz:g}", "--timing-allow-fail", "--seed", str(seed),
             "--report", REPORT, "-l", LOG, "-q", *extra_args]
     inputs = {name: sha256_file(work / name) for name in (netlist, *([pin_file] if pin_file else []))}
@@ -62,6 +62,16 @@ def place_and_route(work: Path, target: Target, netlist: str, top: str, *, clock
     result, run = run_stage(cache, "pnr", key, execute, command=command_line(flow.nextpnr, args), log=LOG,
                             label=label, progress=progress)
     return PnrResult(placed, result["fmax_mhz"], result["clocks"], result["resources"], result["utilisation"], run)
+
+
+def pin_file_args(target: Target, pin_file: Optional[str]) -> list[str]:
+    """How each nextpnr takes a pin file: iCE40 a PCF, ECP5 an LPF, Gowin (himbaechel) a CST as a vopt."""
+    if not pin_file:
+        return []
+    flags = {"ice40": ["--pcf", pin_file], "ecp5": ["--lpf", pin_file], "gowin": ["--vopt", f"cst={pin_file}"]}
+    if target.family not in flags:
+        raise RuntimeError(f"{target.name}: no pin file format known for the {target.family} family")
+    return flags[target.family]
 
 
 def _parse_report(path: Path, target: Target) -> dict:

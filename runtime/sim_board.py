@@ -209,6 +209,7 @@ class SimBoardStats:
     dropped_from_device: int    # device bytes lost because the host read nothing for 64 MiB
     pending_to_device: int      # host bytes not yet shifted in when it stopped
     pending_from_device: int    # device bytes the pty had no room for when it stopped
+    sleeps: int                 # times the simulation stopped (idle) to wait for the host
     run_seconds: float          # wall time spent simulating
     wall_seconds: float         # wall time from start to stop
 

@@ -271,6 +271,7 @@ struct Stats {
     uint64_t framing_errors = 0;
     uint64_t false_starts = 0;
     uint64_t dropped_from_device = 0;
+    uint64_t sleeps = 0;     // times the simulation stopped to wait for the host
     double run_seconds = 0;  // wall time spent simulating (not blocked waiting for the host)
 };
 
@@ -307,7 +308,10 @@ class Board {
                               decoder_.active() || top_->busy || !top_->uart_tx;
             idle = work ? 0 : idle + 1;
             if (idle > opt_.idle_tail) {
-                if (running) stats_.run_seconds += now_seconds() - started;
+                if (running) {
+                    stats_.run_seconds += now_seconds() - started;
+                    ++stats_.sleeps;
+                }
                 running = false;
                 // Only new host bytes (or a signal) end the wait; room for output alone just drains it.
                 wait_for_host(unblocked, -1);
@@ -455,10 +459,11 @@ void write_stats(const Options& opt, const Board& b, double wall) {
         ", \"bytes_from_device\": %" PRIu64 ", \"framing_errors\": %" PRIu64 ", \"false_starts\": %" PRIu64
         ", \"flipped_to_device\": %" PRIu64 ", \"flipped_from_device\": %" PRIu64
         ", \"dropped_from_device\": %" PRIu64 ", \"pending_to_device\": %" PRIu64
-        ", \"pending_from_device\": %" PRIu64 ", \"run_seconds\": %.6f, \"wall_seconds\": %.6f}\n",
+        ", \"pending_from_device\": %" PRIu64 ", \"sleeps\": %" PRIu64
+        ", \"run_seconds\": %.6f, \"wall_seconds\": %.6f}\n",
         kClksPerBit, s.cycles, s.bytes_to_device, s.bytes_from_device, s.framing_errors, s.false_starts,
         b.flipped_to_device(), b.flipped_from_device(), s.dropped_from_device, b.pending_to_device(),
-        b.pending_from_device(), s.run_seconds, wall);
+        b.pending_from_device(), s.sleeps, s.run_seconds, wall);
     std::fprintf(stderr, "sim_board: stats %s", json);
     if (opt.stats_path.empty()) return;
     // Written beside and renamed: a reader sees the whole file or none.

@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import re
 import stat
@@ -183,16 +184,18 @@ class Device:
 @dataclass(frozen=True)
 class Board:
     """A bitstream built for a board (``bitforge flow MODEL --board B``): where it is in the bundle and the
-    clock and UART it was built for."""
+    clock and UART it was built for. ``clock_hz`` is the board's oscillator, ``core_clock_hz`` the device's
+    clock (the PLL's output, or the oscillator); ``baud`` is the rate the device really runs at,
+    ``core_clock_hz / clks_per_bit``, ``baud_requested`` the one asked for."""
 
     board: str
     target: str
     bitstream: str
-    clock_hz: int
-    baud: int
+    clock_hz: float
+    baud: float
     clks_per_bit: int
     top: Optional[str] = None
-    core_clock_hz: Optional[int] = None
+    core_clock_hz: Optional[float] = None
     baud_requested: Optional[int] = None
     pll: Optional[dict] = None
     constraints: Optional[str] = None
@@ -253,13 +256,16 @@ class _Fields:
 
     def __init__(self, doc: Any, where: str, source: str):
         if not isinstance(doc, dict):
-            raise BundleError(f"{source}: {MANIFEST}: {where} is not a JSON object")
+            raise BundleError(f"{source}: {MANIFEST}: {where or 'the manifest'} is not a JSON object")
         self.doc, self.where, self.source = doc, where, source
 
-    def _fail(self, key: str, expected: str) -> BundleError:
+    def fail(self, key: str, expected: str) -> BundleError:
         found = self.doc.get(key, "nothing")
-        return BundleError(f"{self.source}: {MANIFEST}: {self.where}.{key} should be {expected}, found "
+        return BundleError(f"{self.source}: {MANIFEST}: {self.path(key)} should be {expected}, found "
                            f"{json.dumps(found)[:60]}")
+
+    def path(self, key: str) -> str:
+        return f"{self.where}.{key}" if self.where else key
 
     def get(self, key: str, kind: str, optional: bool = False) -> Any:
         value = self.doc.get(key)
@@ -268,26 +274,28 @@ class _Fields:
         checks = {"str": lambda v: isinstance(v, str) and v != "",
                   "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
                   "count": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+                  "positive": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf,
                   "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
                   "bool": lambda v: isinstance(v, bool), "dict": lambda v: isinstance(v, dict),
                   "list": lambda v: isinstance(v, list),
                   "hex": lambda v: isinstance(v, str) and _HEX64.fullmatch(v) is not None}
         if not checks[kind](value):
             words = {"str": "a non-empty string", "int": "an integer", "count": "a positive integer",
+                     "positive": "a positive number",
                      "number": "a number", "bool": "true or false", "dict": "an object", "list": "a list",
                      "hex": "a SHA-256 digest (64 lower-case hex digits)"}
-            raise self._fail(key, words[kind] + (" or null" if optional else ""))
+            raise self.fail(key, words[kind] + (" or null" if optional else ""))
         return value
 
     def sub(self, key: str, optional: bool = False) -> Optional["_Fields"]:
         value = self.get(key, "dict", optional)
-        return None if value is None else _Fields(value, f"{self.where}.{key}", self.source)
+        return None if value is None else _Fields(value, self.path(key), self.source)
 
 
 def _tensor(f: _Fields) -> TensorFormat:
     shape = f.get("shape", "list")
     if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in shape):
-        raise f._fail("shape", "a list of positive integers")
+        raise f.fail("shape", "a list of positive integers")
     return TensorFormat(name=f.get("name", "str"), shape=tuple(shape), type=f.get("type", "str"),
                         width=f.get("width", "count", True), integer=f.get("integer", "int", True),
                         signed=f.get("signed", "bool", True), rounding=f.get("rounding", "str", True),
@@ -297,20 +305,20 @@ def _tensor(f: _Fields) -> TensorFormat:
 def _tensors(f: _Fields, key: str) -> tuple[TensorFormat, ...]:
     items = f.get(key, "list")
     if not items:
-        raise f._fail(key, "a non-empty list")
-    return tuple(_tensor(_Fields(t, f"{key}[{i}]", f.source)) for i, t in enumerate(items))
+        raise f.fail(key, "a non-empty list")
+    return tuple(_tensor(_Fields(t, f"{f.path(key)}[{i}]", f.source)) for i, t in enumerate(items))
 
 
 def _names(f: _Fields, key: str) -> tuple[str, ...]:
     items = f.get(key, "list")
     for i, name in enumerate(items):
-        check_name(name, f"{f.source}: {MANIFEST}: {f.where}.{key}[{i}]")
+        check_name(name, f"{f.source}: {MANIFEST}: {f.path(key)}[{i}]")
     return tuple(items)
 
 
 def manifest_from_json(doc: Any, source: str) -> Manifest:
     """Check and read ``bundle.json``'s content; ``source`` (the bundle's path) starts every message."""
-    top = _Fields(doc, "(top)", source)
+    top = _Fields(doc, "", source)
     fmt = doc.get("format")
     if fmt != FORMAT:
         raise BundleError(f"{source}: not a bitforge bundle ({MANIFEST} says format {json.dumps(fmt)[:40]}, "
@@ -331,9 +339,9 @@ def manifest_from_json(doc: Any, source: str) -> Manifest:
         constraints = b.get("constraints", "str", True)
         board = Board(board=b.get("board", "str"), target=b.get("target", "str"),
                       bitstream=check_name(b.get("bitstream", "str"), f"{source}: {MANIFEST}: board.bitstream"),
-                      clock_hz=b.get("clock_hz", "count"), baud=b.get("baud", "count"),
+                      clock_hz=b.get("clock_hz", "positive"), baud=b.get("baud", "positive"),
                       clks_per_bit=b.get("clks_per_bit", "count"), top=b.get("top", "str", True),
-                      core_clock_hz=b.get("core_clock_hz", "count", True),
+                      core_clock_hz=b.get("core_clock_hz", "positive", True),
                       baud_requested=b.get("baud_requested", "count", True), pll=b.get("pll", "dict", True),
                       constraints=None if constraints is None else check_name(
                           constraints, f"{source}: {MANIFEST}: board.constraints"),
@@ -344,7 +352,7 @@ def manifest_from_json(doc: Any, source: str) -> Manifest:
         path = check_name(mf.get("path", "str"), f"{source}: {MANIFEST}: members[{i}].path")
         size = mf.get("size", "int")
         if not 0 <= size <= MAX_MEMBER_BYTES:
-            raise mf._fail("size", f"a size from 0 to {MAX_MEMBER_BYTES:,} bytes")
+            raise mf.fail("size", f"a size from 0 to {MAX_MEMBER_BYTES:,} bytes")
         members.append(Member(path, size, mf.get("sha256", "hex")))
     return Manifest(bitforge_version=top.get("bitforge_version", "str"),
                     protocol_version=top.get("protocol_version", "count"), model_name=model.get("name", "str"),
@@ -382,12 +390,12 @@ def _check_members(manifest: Manifest, source: str) -> None:
 
 def _check_entry(info: zipfile.ZipInfo, source: str) -> None:
     name = info.orig_filename
-    why = name_problem(name)
-    if why is not None:
-        raise BundleError(f"{source}: member {name!r} is refused: {why}")
     mode = info.external_attr >> 16
     if name.endswith("/") or info.external_attr & 0x10 or stat.S_ISDIR(mode):
         raise BundleError(f"{source}: member {name!r} is a folder entry; a bundle holds regular files only")
+    why = name_problem(name)
+    if why is not None:
+        raise BundleError(f"{source}: member {name!r} is refused: {why}")
     if stat.S_IFMT(mode) and not stat.S_ISREG(mode):
         kind = "a symbolic link" if stat.S_ISLNK(mode) else f"not a regular file (mode {oct(mode)})"
         raise BundleError(f"{source}: member {name!r} is {kind}; a bundle holds regular files only")
@@ -413,7 +421,10 @@ def _check_layout(data: bytes, zf: zipfile.ZipFile, source: str) -> None:
                           "comment, or truncated); a bundle ends with its end record")
     if (disk, cd_disk) != (0, 0) or 0xFFFFFFFF in (cd_size, cd_offset) or 0xFFFF == entries:
         raise BundleError(f"{source}: a multi-disk or ZIP64 archive; bitforge never writes one")
-    if entries != len(zf.infolist()) or cd_offset != zf.start_dir or cd_offset + cd_size != len(data) - _END.size:
+    if zf.start_dir != cd_offset:
+        raise BundleError(f"{source}: {zf.start_dir - cd_offset:+,} unaccounted bytes before the archive's first "
+                          "record (data prepended, or records removed); the archive has been altered")
+    if entries != len(zf.infolist()) or cd_offset + cd_size != len(data) - _END.size:
         raise BundleError(f"{source}: the zip's end record does not match its central directory (entries, "
                           "offset or size); the archive has been altered")
     pos = 0

@@ -148,7 +148,8 @@ def print_bundle(bundle, checked: bool = False) -> None:
         for t in tensors:
             result(f"{kind} {t.name}: shape {list(t.shape)}, {t.type}")
     d = m.device
-    weights = "constant weights" if d.weights is None else f"weights in {d.weights.get('mode', '?')} (reloadable)"
+    weights = ("weights reloadable at run time (ram)" if (d.weights or {}).get("mode") == "ram" else
+               "weights are constants of the bitstream")
     result(f"device {d.top}: in {d.input.name} {list(d.input.shape)} {d.input.type}, out {d.output.name} "
            f"{list(d.output.shape)} {d.output.type}; latency {d.latency_cycles} cycles, II {d.ii}; {weights}")
     b = m.board
@@ -156,8 +157,11 @@ def print_bundle(bundle, checked: bool = False) -> None:
         result("board: none (no bitstream: the simulated board and the CPU path)")
     else:
         fmax = "-" if b.fmax_mhz is None else f"{b.fmax_mhz:.1f} MHz"
-        result(f"board {b.board} ({b.target}): bitstream {b.bitstream}, clock {b.clock_hz:,} Hz, {b.baud:,} baud "
-               f"({b.clks_per_bit} clocks per bit), Fmax {fmax}")
+        core = b.clock_hz if b.core_clock_hz is None else b.core_clock_hz
+        asked = "" if b.baud_requested is None else f"{b.baud_requested:,} requested, "
+        result(f"board {b.board} ({b.target}): bitstream {b.bitstream}")
+        result(f"  core clock {core:,.0f} Hz (oscillator {b.clock_hz:,.0f} Hz), Fmax {fmax}; UART {b.baud:,.1f} baud "
+               f"({asked}{b.clks_per_bit} clocks per bit)")
         if b.resources:
             result("  resources: " + ", ".join(f"{k} {v}" for k, v in b.resources.items()))
     t = Table(title="members", title_justify="left")

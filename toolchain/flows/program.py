@@ -97,7 +97,7 @@ def _check_bitstream(path: Path, board: Board) -> None:
     want = BITSTREAM_SUFFIX[board.family]
     if path.suffix != want:
         other = {v: k for k, v in BITSTREAM_SUFFIX.items()}.get(path.suffix)
-        what = f"a {other} bitstream" if other else f"not a {board.family} bitstream"
+        what = f"an {other} bitstream" if other else "not a bitstream bitforge writes"
         raise BitforgeError(f"{path}: {what}; the {board.name} ({board.target}) takes a {want} file")
 
 
@@ -139,25 +139,30 @@ def bitstream_from_output(out: Path, board: str) -> Path:
     return out / entry["bitstream"]
 
 
-def program_bitstream(path: Path, board: str, *, flash: bool = False, dry_run: bool = False) -> ProgramCommand:
-    """Load ``path`` onto ``board`` (the entry point a bundle's programmer will call with its bitstream).
-
-    ``dry_run`` returns the command without running it (even when no tool is installed: ``problem`` says so).
-    Raises :class:`ProgrammerMissing` with what to install, or :class:`ProgramFailed` with the tool's exit."""
-    command = program_command(Path(path), board, flash=flash)
-    if dry_run:
-        return command
+def run_program(command: ProgramCommand, board: str) -> None:
+    """Run a command from :func:`program_command`: :class:`ProgrammerMissing` (with what to install) when it
+    cannot run, :class:`ProgramFailed` when the tool exits non-zero."""
     if command.problem is not None:
         raise ProgrammerMissing(command.problem)
     rc = processes.run(list(command.argv))
     if rc != 0:
         raise ProgramFailed(f"{command.tool} exited {rc} ({command.shell()}); check that the {board} is plugged in, "
-                            f"that this user may open its USB device (udev rules), and the tool's message above")
+                            "that this user may open its USB device (udev rules), and the tool's message above")
+
+
+def program_bitstream(path: Path, board: str, *, flash: bool = False, dry_run: bool = False) -> ProgramCommand:
+    """Load ``path`` onto ``board``: the entry point a bundle's programmer calls with its bitstream.
+
+    ``dry_run`` returns the command without running it (even when no tool is installed: ``problem`` says so)."""
+    command = program_command(Path(path), board, flash=flash)
+    if not dry_run:
+        run_program(command, board)
     return command
 
 
 def resolve_target(path: Path, board: str) -> Path:
     """A bitstream as given, or the board's bitstream from an OUT folder."""
+    get_board(board)  # an unknown board is named before any file is looked at
     path = Path(path)
     if path.is_dir():
         return bitstream_from_output(path, board)

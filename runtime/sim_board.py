@@ -176,8 +176,15 @@ def build_sim_board(files: Sequence[Union[str, Path]], top: str, clks_per_bit: i
         if rc != 0 or not (tmp / "obj" / EXECUTABLE).is_file():
             kept = cache / f"{key}.failed.log"
             shutil.copyfile(log, kept)
-            errors = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("%Error")]
-            first = f": {errors[0]}" if errors else ""
+            # Verilator's errors and the C++ compiler's (a top without one of the harness's ports fails there),
+            # before Verilator's summary that make failed
+            lines = log.read_text(errors="replace").splitlines()
+            errors = [line for line in lines if (line.startswith("%Error") and "' exited with" not in line)
+                      or ": error:" in line] or [line for line in lines if line.startswith("%Error")]
+            first = f": {errors[0].strip()}" if errors else ""
+            if any("Vtop" in line and "has no member named" in line for line in errors):
+                first += (" (the simulated board needs a top with the ports clk, rst, uart_rx, uart_tx and busy and "
+                          "the parameter CLKS_PER_BIT)")
             raise SimBoardBuildError(f"Verilator could not build the simulated board for top {top!r} (exit {rc})"
                                      f"{first}; full log: {kept}", kept)
         os.replace(tmp / "obj" / EXECUTABLE, tmp / EXECUTABLE)

@@ -275,6 +275,15 @@ def test_a_verilator_error_names_the_log(tmp_path):
     assert not [p for p in (tmp_path / "cache").iterdir() if p.is_dir()]  # no half-built folder left
 
 
+def test_a_top_without_the_boards_ports_says_which_ports(tmp_path):
+    no_busy = tmp_path / "no_busy.v"
+    no_busy.write_text("module no_busy #(parameter integer CLKS_PER_BIT = 4)\n"
+                       "  (input clk, input rst, input uart_rx, output uart_tx);\n"
+                       "  assign uart_tx = uart_rx;\nendmodule\n")
+    with pytest.raises(SimBoardBuildError, match=r"no member named .busy.*needs a top with the ports"):
+        build_sim_board([no_busy], "no_busy", 4, cache_dir=tmp_path / "cache")
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(clks_per_bit=0), "clks_per_bit"),
     (dict(top="not a name"), "module name"),

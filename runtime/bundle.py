@@ -202,6 +202,11 @@ class Board:
     fmax_mhz: Optional[float] = None
     resources: dict = field(default_factory=dict)
 
+    @property
+    def device_clock_hz(self) -> float:
+        """The clock the device (and its UART) runs on."""
+        return self.clock_hz if self.core_clock_hz is None else self.core_clock_hz
+
     def to_json(self) -> dict:
         return {"board": self.board, "target": self.target, "bitstream": self.bitstream, "clock_hz": self.clock_hz,
                 "baud": self.baud, "clks_per_bit": self.clks_per_bit, "top": self.top,

@@ -157,7 +157,7 @@ def print_bundle(bundle, checked: bool = False) -> None:
         result("board: none (no bitstream: the simulated board and the CPU path)")
     else:
         fmax = "-" if b.fmax_mhz is None else f"{b.fmax_mhz:.1f} MHz"
-        core = b.clock_hz if b.core_clock_hz is None else b.core_clock_hz
+        core = b.device_clock_hz
         asked = "" if b.baud_requested is None else f"{b.baud_requested:,} requested, "
         result(f"board {b.board} ({b.target}): bitstream {b.bitstream}")
         result(f"  core clock {core:,.0f} Hz (oscillator {b.clock_hz:,.0f} Hz), Fmax {fmax}; UART {b.baud:,.1f} baud "

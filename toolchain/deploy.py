@@ -177,6 +177,11 @@ def collect(out: PathLike, board: Optional[str] = None) -> tuple[Manifest, dict[
     if not is_bitforge_output(out):
         raise DeployError(f"{out}: not a bitforge output folder (no {MARKER}); deploy takes what 'bitforge compile "
                           "MODEL --to onnx --to rtl -o OUT' or 'bitforge flow' wrote")
+    from .learn.spec import find_learner
+
+    if find_learner(out) is not None:
+        raise DeployError(f"{out}: an online learner's output ('bitforge learn'); deploy bundles compiled models "
+                          "('bitforge compile MODEL --to onnx --to rtl' or 'bitforge flow'), not learners yet")
     report = read_report(out)
     redo = f"compile it again with this bitforge: bitforge compile {_model_hint(report)} --to onnx --to rtl -o {out}"
     for name, why in (("model.json", "the IR"), ("model.onnx", "the CPU path's ONNX model (--to onnx)"),

@@ -503,8 +503,8 @@ class Bundle:
         path = Path(path)
         expected = None if expect_sha256 is None else _sha256_hex(expect_sha256, "--expect-sha256")
         if not path.is_file():
-            raise BundleError(f"{path}: " + ("is a folder, not a bundle file" if path.is_dir() else "no such file")
-                              + "; a bundle is the .bfb file 'bitforge deploy' writes")
+            what = ("is a folder" if path.is_dir() else "is not a regular file" if path.exists() else "no such file")
+            raise BundleError(f"{path}: {what}; a bundle is the .bfb file 'bitforge deploy' writes")
         size = path.stat().st_size
         if size > MAX_BUNDLE_BYTES:
             raise BundleError(f"{path}: {size:,} bytes, more than a bundle may have ({MAX_BUNDLE_BYTES:,}); not a "

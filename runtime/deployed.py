@@ -152,7 +152,7 @@ def _timing_from_rtl_manifest(doc: dict) -> dict:
     if isinstance(doc.get("ii"), int):
         out["ii"] = doc["ii"]
     weights = doc.get("weights", (doc.get("device") or {}).get("weights"))
-    if isinstance(weights, dict):
+    if isinstance(weights, dict) and weights.get("mode") == "ram":  # "rom": constants of the bitstream
         out["weights"] = weights
     if isinstance(doc.get("device"), dict):
         out["rtl_device"] = doc["device"]
@@ -175,7 +175,7 @@ def from_bundle(bundle) -> DeployedModel:
     rtl = bundle.read_json("rtl/manifest.json")
     timing = _timing_from_rtl_manifest(rtl)
     timing.update(latency_cycles=man.device.latency_cycles, ii=man.device.ii)
-    if man.device.weights is not None:
+    if man.device.weights is not None and man.device.weights.get("mode") == "ram":
         timing["weights"] = man.device.weights
     if man.board is not None:
         timing.update(clock_hz=man.board.clock_hz, baud=man.board.baud, clks_per_bit=man.board.clks_per_bit)

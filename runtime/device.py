@@ -145,7 +145,7 @@ class Device:
     def predict(self, x, *, progress: Optional[Progress] = None) -> np.ndarray:
         """Real outputs ``(n, *out_shape)`` for real inputs ``(n, d_in)`` / ``(n, *in_shape)``; a single sample
         (``(d_in,)`` or ``in_shape``) gives a single output. Bit-exact with the golden model (``emulate.run``)."""
-        x, single = self._samples(x, "x")
+        x, single = self._samples(x, "inputs")
         codes = self.quantize_inputs(x)
         y = fixed.to_float(self.predict_codes(codes, progress=progress), self.model.out_type)
         y = y.reshape((len(x),) + self.model.out_shape)
@@ -183,7 +183,7 @@ class Device:
         format, as ``bitforge learn`` quantizes a stream."""
         learner = self._learner()
         f = learner.formats
-        x, _ = self._samples(x, "x")
+        x, _ = self._samples(x, "inputs x")
         y = np.asarray(y, dtype=np.float64).reshape(len(x), -1)
         for a, what in ((x, "x"), (y, "y")):
             if not np.all(np.isfinite(np.asarray(a, dtype=np.float64))):

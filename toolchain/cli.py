@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Optional
 
 from .compiler import SIM_CYCLE_BUDGET
-from .cli_types import MAX_VECTORS, output_file, positive_float, positive_int, repeat_count, seed, vector_count
+from .cli_types import (MAX_VECTORS, non_negative_int, output_file, positive_float, positive_int, repeat_count, seed,
+                        vector_count)
 from .console import (console, error, examples, note, out_console, print_bundle, print_compile_summary,
                       print_simulation, print_target, progress, result, table_console, verification_lines, warn)
 from .errors import is_user_error
@@ -170,6 +171,25 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     result(f"sha256 {done.sha256}")
     note(f"whoever receives the bundle can check it with: bitforge inspect {args.output} --expect-sha256 "
          f"{done.sha256}")
+    return 0
+
+
+# -- run -------------------------------------------------------------------------------------------
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .console import counted_progress, note
+    from ..runtime.batch_run import run_bundle
+
+    bar, advance = counted_progress(f"run on {args.device}")
+    with bar:
+        done = run_bundle(args.bundle, args.input, args.output, device=args.device, baud=args.baud,
+                          expect_sha256=args.expect_sha256, codes=args.codes, timeout=args.timeout,
+                          retries=args.retries, progress=lambda k, n: advance(k, n, ""), note=progress)
+    rate = done.samples / done.seconds if done.seconds > 0 else float("inf")
+    link = "" if done.retries is None else f", {done.retries} retries"
+    result(f"{done.samples:,} samples of {done.model_name} on {done.device} -> {done.output} "
+           f"({'codes' if args.codes else 'values'}, shape {done.shape}; {done.seconds:.2f} s, {rate:,.0f} samples/s"
+           f"{link})")
     return 0
 
 
@@ -597,6 +617,37 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("-o", "--output", required=True, metavar="BUNDLE.bfb", help="the bundle file to write "
                     "(replaced atomically)")
     dp.set_defaults(func=cmd_deploy)
+
+    rn = sub.add_parser("run", formatter_class=fmt, help="run a .npy batch through a deployed model (.bfb)",
+                        description="Send X.npy (n, features) through the model of BUNDLE.bfb on a device and save the "
+                                    "outputs: 'sim' runs the bundle's device RTL on the simulated board (Verilator, "
+                                    "built once and cached), 'cpu' runs its ONNX model in ONNX Runtime, a serial port "
+                                    "(e.g. /dev/ttyUSB0) talks to a board programmed with its bitstream. The host "
+                                    "quantizes and dequantizes exactly as the golden model: the results equal "
+                                    "'bitforge emulate' bit for bit. The device must report the bundle's model_id "
+                                    "(hello); a lost or damaged frame is sent again, a silent device ends the run "
+                                    "with an error after the retries.",
+                        epilog=examples("""
+                            bitforge deploy out/jet -o jet.bfb
+                            bitforge run jet.bfb --input x.npy -o y.npy                       # simulated board
+                            bitforge run jet.bfb --input x.npy --device cpu -o y.npy          # ONNX Runtime
+                            bitforge run kt.bfb --input x.npy --device /dev/ttyUSB0 -o y.npy  # a board
+                            bitforge run jet.bfb --input codes.npy --codes -o ycodes.npy      # integer codes
+                        """))
+    rn.add_argument("bundle", metavar="BUNDLE.bfb")
+    rn.add_argument("--input", required=True, metavar="X.npy", help="inputs, shape (n, features) or one sample")
+    rn.add_argument("-o", "--output", required=True, metavar="Y.npy", help="outputs (replaced atomically)")
+    rn.add_argument("--device", default="sim", metavar="sim|cpu|PORT",
+                    help="sim (default), cpu, or a serial port such as /dev/ttyUSB0")
+    rn.add_argument("--baud", type=positive_int, metavar="N", help="serial baud rate (default: the bundle's board)")
+    rn.add_argument("--expect-sha256", metavar="HEX", help="refuse the bundle unless its SHA-256 is HEX (the digest "
+                    "'bitforge deploy' printed, obtained separately from the file)")
+    rn.add_argument("--codes", action="store_true", help="integer codes in and out instead of real values")
+    rn.add_argument("--timeout", type=positive_float, metavar="S",
+                    help="seconds added to each request's deadline (default: the link's own margin)")
+    rn.add_argument("--retries", type=non_negative_int, default=None, metavar="N",
+                    help="tries after the first for each request (default 4)")
+    rn.set_defaults(func=cmd_run)
 
     _add_bench_commands(sub, fmt)
     from .compress.commands import add_commands as add_compress_commands

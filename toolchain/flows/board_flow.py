@@ -149,7 +149,7 @@ def _runs(out: Path, root: Path, board: Board, t: Target, device: Device, baud: 
         pll = plan_pll(family, board.clock_hz, want, at_most=True, device=device_family)
         progress(f"{board.name}: Fmax {fmax:.2f} MHz is below the {runs[-1].core_mhz:g} MHz core clock; placing "
                  f"and routing again at {_mhz(pll.output_hz)} MHz from the {pll.primitive}")
-        reason = f"{FMAX_MARGIN * 100:g} % of the {fmax:.2f} MHz Fmax reached at {runs[-1].core_mhz:g} MHz"
+        reason = f"{float(FMAX_MARGIN) * 100:g} % of the {fmax:.2f} MHz Fmax reached at {runs[-1].core_mhz:g} MHz"
         runs.append(_run_at(out, root, board, t, device, pll, baud, seed, progress, reason))
     return runs
 

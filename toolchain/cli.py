@@ -48,7 +48,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from .compiler import CompileOptions, compile_model
 
     opts = CompileOptions(to=tuple(args.to), precision=args.precision, vectors=args.vectors, seed=args.seed,
-                          input_range=args.input_range, reuse=args.reuse, target=args.target)
+                          input_range=args.input_range, reuse=args.reuse, target=args.target, weights=args.weights)
     report = compile_model(args.model, args.output, opts, progress=progress, force=args.force)  # '' stays ''
     print_compile_summary(report, Path(args.output))
     return 0
@@ -286,6 +286,11 @@ def _add_rtl_options(p: argparse.ArgumentParser, default_reuse="1") -> None:
                         f"per layer that fits --target (default {default_reuse})")
     p.add_argument("--target", metavar="T", help="FPGA target (for --reuse auto and implementation): ice40-up5k, "
                    "ecp5-25f, ecp5-85f, gowin-gw1nr9, xc7a35t, xcvu9p")
+    p.add_argument("--weights", choices=("rom", "ram"), default="rom",
+                   help="RTL: rom = parameters are constants of the bitstream (default); ram = every Dense and KAN "
+                        "layer reads them from memories behind a write port (wr_en/wr_addr/wr_data), so another "
+                        "model of the same architecture loads at run time (reuse 1 then means one multiplier per "
+                        "weight; see docs/rtl.md)")
 
 
 def _add_board_options(p: argparse.ArgumentParser) -> None:
@@ -402,7 +407,7 @@ def cmd_flow(args: argparse.Namespace) -> int:
                        force=args.force)
         return 0
     opts = CompileOptions(to=("onnx", "rtl"), precision=args.precision, vectors=args.vectors, seed=args.seed,
-                          input_range=args.input_range, reuse=args.reuse, target=args.target)
+                          input_range=args.input_range, reuse=args.reuse, target=args.target, weights=args.weights)
     _flow(args.model, args.output, opts, args.simulator, args.sim_vectors, args.pnr_seed, force=args.force,
           board=args.board, baud=args.baud)
     return 0
@@ -446,6 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
                            bitforge compile jet-mlp -o out/jet
                            bitforge compile model.onnx -o out/m --precision w8a16 --input-range=-4,4
                            bitforge compile float.pt2 -o out/f --precision 'weight=fixed<8,2,RND_CONV,SAT>,act=fixed<16,6,RND_CONV,SAT>'
+                           bitforge compile jet-mlp -o out/jet --to rtl --reuse 16 --weights ram   # weights loadable at run time
                        """))
     c.add_argument("model", metavar="MODEL")
     c.add_argument("-o", "--output", required=True, metavar="OUT", help="output folder (replaced atomically)")
@@ -543,6 +549,7 @@ def build_parser() -> argparse.ArgumentParser:
                         epilog=examples("""
                             bitforge flow kan-tracker --target ice40-up5k -o out/kt
                             bitforge flow jet-mlp --target ecp5-85f -o out/jet          # reuse auto: folded to fit
+                            bitforge flow kan-tracker --target ecp5-25f --weights ram -o out/kt-ram  # reloadable weights
                             bitforge flow learn:t1 --target ecp5-85f -o out/t1-learner  # online learner (KAN)
                             bitforge flow kan-tracker --board icebreaker -o out/kt      # bitstream for the board
                             bitforge flow jet-mlp --board ulx3s --baud 921600 -o out/jet

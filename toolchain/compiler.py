@@ -42,6 +42,8 @@ class CompileOptions:
     input_range: Optional[tuple[float, float]] = None
     reuse: Union[int, str] = 1
     target: Optional[str] = None
+    #: "rom" (parameters in the bitstream) or "ram" (loadable at run time through the core's write port).
+    weights: str = "rom"
 
     def __post_init__(self) -> None:
         if self.input_range is not None and not (len(self.input_range) == 2 and
@@ -54,9 +56,12 @@ class CompileOptions:
             raise CompileError(f"--vectors must be at least 1, got {self.vectors}")
         if not 0 <= self.seed < 2**32:
             raise CompileError(f"--seed must be from 0 to 2**32-1, got {self.seed}")
+        if self.weights not in ("rom", "ram"):
+            raise CompileError(f"--weights must be rom or ram, got {self.weights!r}")
         # RTL-only options are refused without the RTL backend rather than silently ignored.
-        if "rtl" not in self.to and (self.target is not None or self.reuse != 1):
-            given = [f for f, v in (("--target", self.target), ("--reuse", self.reuse != 1)) if v]
+        if "rtl" not in self.to and (self.target is not None or self.reuse != 1 or self.weights != "rom"):
+            given = [f for f, v in (("--target", self.target), ("--reuse", self.reuse != 1),
+                                    ("--weights", self.weights != "rom")) if v]
             raise CompileError(f"{' and '.join(given)} only appl{'y' if len(given) > 1 else 'ies'} to the RTL "
                                f"backend; add --to rtl (or drop {' and '.join(given)})")
         if self.target is not None:
@@ -348,7 +353,7 @@ def write_rtl(g: Graph, folder: Path, options: CompileOptions,
         choice = choose_reuse(g, chain, get_target(options.target).multiplier_budget(), bits)
         reuse_map, explanation = choice.reuse, choice.explanation
     design = generate(g, RtlOptions(reuse=reuse_map if reuse_map is not None else options.reuse,
-                                    target=options.target), progress)
+                                    target=options.target, weights=options.weights), progress)
     rtl = folder / "rtl"
     rtl.mkdir()
     for name, text in sorted(design.files.items()):
@@ -359,8 +364,11 @@ def write_rtl(g: Graph, folder: Path, options: CompileOptions,
     if explanation:
         manifest["reuse_auto"] = explanation
     (rtl / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    weights = manifest["weights"]
     return {k: manifest[k] for k in ("core_top", "board_top", "latency_cycles", "ii", "layers", "bus_width")} | (
-        {"reuse_auto": explanation} if explanation else {})
+        {"reuse_auto": explanation} if explanation else {}) | (
+        {"weights": {k: weights[k] for k in ("mode", "word_bits", "addr_bits", "words", "arch_id")}}
+        if weights["mode"] == "ram" else {})
 
 
 def _write_report(folder: Path, report: dict, t0: float) -> None:

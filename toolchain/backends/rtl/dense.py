@@ -27,7 +27,7 @@ from ...fixed import FixedType, Overflow, clog2
 from ...ir import Dense, LowRankDense
 from . import adder_graph
 from .adder_graph import AdderGraph, GraphOptions, Pipeline, Wire, csd_digits, range_width
-from .stages import Ports, Stage, StageRequest, emitter
+from .stages import Ports, Stage, StageRequest, WritePort, emitter
 from .verilog import OVERFLOW_CODE, UNTYPED, RtlError, packed_parameter, templates, type_parameters
 
 #: Tree levels between pipeline registers in the dense adder trees (option ``levels_per_stage``).
@@ -48,6 +48,7 @@ PARALLEL_LIBRARY = ("bf_dense_parallel.v", "bf_const_mul.v", "bf_mul.v", "bf_add
                     "bf_activation.v", "bf_requant.v")
 FOLDED_LIBRARY = ("bf_dense_folded.v", "bf_mul.v", "bf_adder_tree.v", "bf_bias_requant.v", "bf_activation.v",
                   "bf_requant.v")
+FOLDED_RAM_LIBRARY = ("bf_dense_folded_ram.v",) + FOLDED_LIBRARY[1:]
 ELEMENTWISE_LIBRARY = ("bf_requant_stage.v", "bf_requant.v")
 
 
@@ -228,6 +229,36 @@ def folded_parameters(s: DenseSpec, reuse: int, levels_per_stage: int) -> Parame
     return head + tail + [("ROM_STYLE", int(reuse >= BLOCK_ROM_MIN_DEPTH))]
 
 
+@dataclass(frozen=True)
+class FoldedRam:
+    """bf_dense_folded_ram's memories: ``weight_rows`` words of ``tiling.lanes`` weights (word c: what the ROM's
+    word c holds) and ``bias_rows`` words of ``tiling.g`` biases (word p: the biases of pass p's rows); both
+    depths are powers of two, so a word address is a bit field of the write address."""
+
+    tiling: FoldedTiling
+    weight_rows: int
+    bias_rows: int
+
+
+def folded_ram(n_in: int, n_out: int, reuse: int) -> FoldedRam:
+    """The memories of a dense half at ``reuse`` (clamped to its products, as the emitter clamps it)."""
+    tiling = folded_tiling(n_in, n_out, min(reuse, n_in * n_out))
+    return FoldedRam(tiling, 1 << clog2(tiling.cycles), 1 << clog2(tiling.q))
+
+
+def folded_ram_parameters(s: DenseSpec, reuse: int, levels_per_stage: int, port: WritePort,
+                          keys: tuple[str, str]) -> Parameters:
+    """bf_dense_folded_ram's parameters: the folded ones (initial contents included), where its two regions
+    start in the device's weight address space (``keys``: the node's weight and bias array names), and
+    block RAM for memories of BLOCK_ROM_MIN_DEPTH words or more (the ROM's rule)."""
+    head, tail = _common_parameters(s, levels_per_stage)
+    head += [("R", reuse), ("WEIGHTS", packed_parameter(np.asarray(s.weight).ravel(), s.w_type.width))]
+    rows = folded_ram(s.n_in, s.n_out, reuse).weight_rows
+    return head + tail + [("RAM_STYLE", int(rows >= BLOCK_ROM_MIN_DEPTH)), ("ADDR_W", port.addr_bits),
+                          ("DATA_W", port.word_bits), ("W_BASE", port.bases[keys[0]]),
+                          ("B_BASE", port.bases.get(keys[1], 0) if s.bias is not None else 0)]
+
+
 def folded_rom_bits(s: DenseSpec, reuse: int) -> int:
     """Bits of bf_dense_folded's ROM: R words of the lanes' weights, three flags and the groups' biases."""
     tiling = folded_tiling(s.n_in, s.n_out, reuse)
@@ -389,9 +420,17 @@ class DenseStage:
 
 def dense_instance(s: DenseSpec, instance: str, ports: Ports, reuse: int,
                    levels_per_stage: int = LEVELS_PER_STAGE, parallel: str = "shared", share: str = "matrix",
-                   cut_depth: int = CUT_DEPTH) -> DenseStage:
+                   cut_depth: int = CUT_DEPTH, write_port: Optional[WritePort] = None,
+                   keys: tuple[str, str] = ("weight", "bias")) -> DenseStage:
     """Render one dense stage: parallel for reuse 1 (``parallel`` picks the form), else folded with reuse
-    clamped to the product count."""
+    clamped to the product count.
+
+    With a ``write_port`` (``--weights ram``) the stage is always ``bf_dense_folded_ram``, reuse 1 included:
+    a weight that can change cannot be a shift-add graph of its digits, so reuse 1 becomes one multiplier per
+    weight fed from registers (the folded form with one-word memories, II 1). That is what reuse 1 means,
+    and it is what a small layer wants; a layer too big for that many multipliers needs a reuse factor
+    (``--reuse auto`` picks one that fits the target, counting these multipliers). ``keys`` name the node's
+    weight and bias arrays in ``write_port.bases``."""
     _check_spec(s)
     if reuse < 1:
         raise RtlError(f"{s.where}: reuse factor must be at least 1, got {reuse}")
@@ -405,6 +444,8 @@ def dense_instance(s: DenseSpec, instance: str, ports: Ports, reuse: int,
                x_type=s.x_type.to_short(), w_type=s.w_type.to_short(), acc_type=s.acc_type.to_short(),
                out_type=s.out_type.to_short(), products=products,
                relu_type=s.relu_type.to_short() if s.relu_type is not None else None)
+    if write_port is not None:
+        return _folded_ram_instance(s, ctx, reuse, levels_per_stage, write_port, keys)
     if reuse == 1 and parallel == "shared":
         plan = shared_plan(s, share, cut_depth)
         shared = shared_context(s, plan, ports)
@@ -434,6 +475,20 @@ def dense_instance(s: DenseSpec, instance: str, ports: Ports, reuse: int,
                       {"multipliers": tiling.lanes, "rom_bits": rom_bits})
 
 
+def _folded_ram_instance(s: DenseSpec, ctx: dict, reuse: int, levels_per_stage: int, port: WritePort,
+                         keys: tuple[str, str]) -> DenseStage:
+    latency = folded_latency(s.n_in, s.n_out, reuse, levels_per_stage)
+    ram = folded_ram(s.n_in, s.n_out, reuse)
+    params = folded_ram_parameters(s, reuse, levels_per_stage, port, keys)
+    bits = ram.weight_rows * ram.tiling.lanes * s.w_type.width + (
+        ram.bias_rows * ram.tiling.g * s.b_type.width if s.bias is not None else 0)
+    text = templates().get_template("dense_folded.v.j2").render(
+        **ctx, params=params, latency=latency, reuse=reuse, multipliers=ram.tiling.lanes, tiling=ram.tiling,
+        rom_bits=bits, block_rom=dict(params)["RAM_STYLE"] == 1, ram=ram)
+    return DenseStage(text, latency, reuse, reuse, FOLDED_RAM_LIBRARY,
+                      {"multipliers": ram.tiling.lanes, "ram_bits": bits})
+
+
 def _levels(req: StageRequest) -> int:
     return int(req.options.get("levels_per_stage", LEVELS_PER_STAGE))
 
@@ -461,7 +516,8 @@ def emit_dense(req: StageRequest) -> Stage:
     spec = DenseSpec(n.describe(), n.weight, n.bias, req.in_type, n.need("weight_type", *UNTYPED),
                      n.need("bias_type", *UNTYPED) if n.bias is not None else None,
                      n.need("accum_type", *UNTYPED), req.out_type, req.relu_type)
-    d = dense_instance(spec, req.instance_name, req.ports, req.reuse, **_form_options(req))
+    d = dense_instance(spec, req.instance_name, req.ports, req.reuse, **_form_options(req),
+                       write_port=req.write_port)
     return Stage(d.text, d.latency, d.ii, d.library, resources=d.resources, reuse=d.reuse)
 
 
@@ -483,10 +539,12 @@ def emit_low_rank_dense(req: StageRequest) -> Stage:
                  f"{base}_mid_valid", f"{base}_mid_ready", f"{base}_mid_data")
     first = dense_instance(v, f"{base}_v", Ports(req.ports.clk, req.ports.rst, req.ports.in_valid,
                                                  req.ports.in_ready, req.ports.in_data, link.out_valid,
-                                                 link.out_ready, link.out_data), req.reuse, **_form_options(req))
+                                                 link.out_ready, link.out_data), req.reuse, **_form_options(req),
+                           write_port=req.write_port, keys=("v", ""))
     second = dense_instance(u, f"{base}_u", Ports(req.ports.clk, req.ports.rst, link.in_valid, link.in_ready,
                                                   link.in_data, req.ports.out_valid, req.ports.out_ready,
-                                                  req.ports.out_data), req.reuse, **_form_options(req))
+                                                  req.ports.out_data), req.reuse, **_form_options(req),
+                            write_port=req.write_port, keys=("u", "bias"))
     text = templates().get_template("dense_lowrank.v.j2").render(
         where=n.describe(), base=base, rank=n.rank, mid_w=n.rank * mid.width, mid_type=mid.to_short(),
         first=first.text, second=second.text, latency=first.latency + second.latency)
@@ -521,6 +579,7 @@ def emit_requantize(req: StageRequest) -> Stage:
 
 __all__ = ["DenseSpec", "DenseStage", "dense_instance", "emit_dense", "emit_low_rank_dense", "emit_relu",
            "emit_requantize", "parallel_latency", "folded_latency", "FoldedTiling", "folded_tiling",
-           "folded_multipliers", "folded_rom_bits", "BLOCK_ROM_MIN_DEPTH", "sparse_rows", "csd_digits",
+           "folded_multipliers", "folded_rom_bits", "BLOCK_ROM_MIN_DEPTH", "FoldedRam", "folded_ram",
+           "folded_ram_parameters", "sparse_rows", "csd_digits",
            "constant_multiplier_adders", "SharedPlan", "shared_plan", "shared_context", "PARALLEL_FORMS",
            "CUT_DEPTH", "POST_LEVELS"]

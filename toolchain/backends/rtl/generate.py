@@ -16,6 +16,7 @@ from ...resources import rtl_library
 from . import dense, kan, stages  # noqa: F401  (the emitter modules register their ops on import)
 from .stages import Ports, Stage, StageRequest
 from .verilog import RtlError, templates, verilog_name
+from .weights_layout import WEIGHT_MODES, rom_weights, weight_layout, write_ports
 
 __all__ = ["RtlError", "RtlOptions", "RtlDesign", "LayerReport", "SKID_LATENCY", "generate", "hardware_chain",
            "library_source"]
@@ -36,8 +37,14 @@ class RtlOptions:
     #: Fold a ReLU that follows a dense layer into that layer's output register: it saves the ReLU's
     #: register, the skid buffer after it and a cycle (on jet-mlp about 6,000 flip-flops).
     fuse_relu: bool = True
+    #: "rom": parameters are constants (shift-add graphs, ROMs); "ram": every Dense, LowRankDense and KAN layer
+    #: reads them from memories behind one write port, so another model of the same architecture loads at run
+    #: time (weights_layout.py has the address map).
+    weights: str = "rom"
 
     def __post_init__(self) -> None:
+        if self.weights not in WEIGHT_MODES:
+            raise RtlError(f"--weights must be one of {', '.join(WEIGHT_MODES)}, got {self.weights!r}")
         r = self.reuse
         if isinstance(r, str) and r != "auto":
             raise RtlError(f"--reuse must be a positive integer or 'auto', got {r!r}")
@@ -77,6 +84,8 @@ class RtlDesign:
     out_width: int
     bus_width: int
     layers: list[LayerReport] = field(default_factory=list)
+    #: The manifest's "weights": {"mode": "rom", "arch_id"} or the ram layout (weights_layout.Layout.to_json).
+    weights: dict = field(default_factory=dict)
 
     def manifest(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k not in ("files", "layers", "top")}
@@ -124,6 +133,11 @@ def generate(g: Graph, options: RtlOptions = RtlOptions(),
     nets = []
     latency, ii = 0, 1
     fused = _fuse_relus(chain, options)
+    ram, ports_of = None, {}
+    if options.weights == "ram":
+        layout = weight_layout(g, options.reuse)
+        ports_of = write_ports(layout)
+        ram = {"addr_bits": layout.addr_bits, "word_bits": layout.word_bits, "words": layout.words}
     for i, (n, relu) in enumerate(fused):
         emit = stages.EMITTERS.get(n.OP)
         if emit is None:
@@ -133,7 +147,8 @@ def generate(g: Graph, options: RtlOptions = RtlOptions(),
         ports = Ports("clk", "rst", f"s{i}_in_valid", f"s{i}_in_ready", f"s{i}_in_data",
                       f"s{i}_out_valid", f"s{i}_out_ready", f"s{i}_out_data")
         req = StageRequest(g, n, x.dtype, math.prod(x.shape), g.tensors[n.output].dtype, math.prod(y.shape), ports,
-                           f"u{i}_{verilog_name(n.name)}", r, relu_type=y.dtype if relu else None)
+                           f"u{i}_{verilog_name(n.name)}", r, relu_type=y.dtype if relu else None,
+                           write_port=ports_of.get(n.name))
         progress(f"Verilog for layer {i + 1}/{len(fused)}: {n.describe()}{' + ReLU' if relu else ''} "
                  f"({req.in_count} -> {req.out_count}, reuse {r})")
         st: Stage = emit(req)
@@ -156,12 +171,13 @@ def generate(g: Graph, options: RtlOptions = RtlOptions(),
     ctx = dict(name=name, stages=nets, instances=instances, n=len(nets), in_w=in_w, out_w=out_w,
                fifo_depth_log2=max(2, math.ceil(math.log2(in_flight))), bus_w=options.bus_width,
                in_tensor=first.name, out_tensor=last.name, in_type=first.dtype.to_short(),
-               out_type=last.dtype.to_short(), latency=latency, ii=ii, graph=g.name)
+               out_type=last.dtype.to_short(), latency=latency, ii=ii, graph=g.name, ram=ram)
     files = {f"{name}.v": env.get_template("top.v.j2").render(**ctx),
              f"{name}_board.v": env.get_template("board.v.j2").render(**ctx)}
     files.update(generated)
+    weights = layout.to_json() if ram else rom_weights(g)
     return RtlDesign(name, name, f"{name}_board", files, sorted(library), latency, ii, first.name, last.name, in_w,
-                     out_w, options.bus_width, layers)
+                     out_w, options.bus_width, layers, weights)
 
 
 def _fuse_relus(chain: list, options: RtlOptions) -> list:

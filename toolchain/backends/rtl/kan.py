@@ -5,6 +5,10 @@ slice when ``index_mult == 1``), the coefficients as one packed constant (the ha
 and the basis: the closed-form circuit (``rtl/bf_kan_basis_closed.v``) when the node's ``basis_impl`` is
 "closed_form", else a ROM holding the golden model's own ``bspline.basis_table``. Either way the hardware
 computes exactly ``emulate.kan_fixed``. The layer is fully parallel; it is not folded (reuse is always 1).
+
+With ``--weights ram`` (a :class:`~.stages.WritePort` in the request) the wrapper instantiates
+``rtl/bf_kan_layer_ram.v`` instead: the same arithmetic and latency, the coefficients in the online learner's
+cyclic banks (:class:`KanBanks`), initialised to the node's and written through the device's write port.
 """
 from __future__ import annotations
 
@@ -13,9 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...bspline import CLOSED_FORM_POLYNOMIALS, basis_table
-from ...fixed import FixedType
+from ...fixed import FixedType, clog2
 from ...ir import KANLayer
-from .stages import Stage, StageRequest, emitter
+from .stages import Stage, StageRequest, WritePort, emitter
 from .verilog import (
     OVERFLOW_CODE,
     ROUNDING_CODE,
@@ -36,6 +40,33 @@ CLOSED_FORM_LATENCY = {1: 1, 2: 2, 3: 4}
 #: Cycles after the basis: products, exact sum, overflow + requantize into the output register.
 TAIL_LATENCY = 3
 BASIS_CHOICES = ("auto", "rom")
+#: The writable form's library: bf_kan_layer_ram in place of bf_kan_layer.
+RAM_LIBRARY = ("bf_kan_layer_ram.v",) + LIBRARY[1:]
+#: Coefficient banks of at least this many rows ask synthesis for block RAM; shallower ones are LUT RAM or
+#: flip-flops (16 words is ECP5's LUT RAM primitive, as for the learner's banks).
+BLOCK_RAM_MIN_ROWS = 16
+
+
+@dataclass(frozen=True)
+class KanBanks:
+    """bf_kan_layer_ram's coefficient memories: per input ``k1`` banks (bank j holds coefficient p with
+    p mod k1 = j at row p div k1) of ``rows`` words of every output's coefficient. In the write address space
+    bank (i, j) occupies ``out_stride * row_stride`` words, output o's rows at ``o * row_stride``: both strides
+    are powers of two, so the hardware decodes an address by bit slicing."""
+
+    k1: int
+    rows: int
+    row_stride: int
+    out_stride: int
+
+    def words(self, n_in: int) -> int:
+        return n_in * self.k1 * self.out_stride * self.row_stride
+
+
+def kan_banks(n: KANLayer) -> KanBanks:
+    k1 = n.order + 1
+    rows = -(-n.n_basis // k1)
+    return KanBanks(k1, rows, 1 << clog2(rows), 1 << clog2(n.out_features))
 
 
 @dataclass(frozen=True)
@@ -146,13 +177,27 @@ def emit_kan(req: StageRequest) -> Stage:
     env = templates()
     notes = {"index_note": _index_note(n),
              "basis_note": "closed-form circuit" if p.closed_form else f"ROM of the '{n.basis_impl}' table"}
+    parameters = layer_parameters(n, req.in_type, req.out_type, p)
+    extra, library, resources = {}, LIBRARY, _resources(n, p)
+    if req.write_port is not None:
+        banks = kan_banks(n)
+        parameters += _ram_parameters(banks, req.write_port)
+        extra = {"ram": {"banks": banks, "addr_bits": req.write_port.addr_bits,
+                         "word_bits": req.write_port.word_bits}}
+        library = RAM_LIBRARY
+        resources = {**resources, "ram_bits": banks.words(n.in_features) * n.coeff_type.width}
     text = env.get_template("kan_layer.v.j2").render(
         module=module, node=n.name, graph=req.graph.name, n_in=n.in_features, n_out=n.out_features,
         in_type=req.in_type.to_short(), out_type=req.out_type.to_short(), grid_size=n.grid_size, order=n.order,
         grid_lo=n.grid_lo, grid_hi=n.grid_hi, latency=p.latency, in_w=req.in_count * req.in_type.width,
-        out_w=req.out_count * req.out_type.width, parameters=layer_parameters(n, req.in_type, req.out_type, p),
-        **notes)
+        out_w=req.out_count * req.out_type.width, parameters=parameters, **notes, **extra)
     instance = env.get_template("kan_instance.v.j2").render(module=module, instance=req.instance_name,
-                                                             ports=req.ports)
-    return Stage(instance=instance, latency=p.latency, ii=1, library=LIBRARY, generated={f"{module}.v": text},
-                 resources=_resources(n, p), reuse=1)
+                                                             ports=req.ports, **extra)
+    return Stage(instance=instance, latency=p.latency, ii=1, library=library, generated={f"{module}.v": text},
+                 resources=resources, reuse=1)
+
+
+def _ram_parameters(banks: KanBanks, port: WritePort) -> list[tuple[str, str]]:
+    """bf_kan_layer_ram's parameters beyond bf_kan_layer's: memory style and where its region starts."""
+    return [("RAM_STYLE", str(int(banks.rows >= BLOCK_RAM_MIN_ROWS))), ("ADDR_W", str(port.addr_bits)),
+            ("DATA_W", str(port.word_bits)), ("C_BASE", str(port.bases["coeffs"]))]

@@ -39,6 +39,17 @@ class Ports:
 
 
 @dataclass(frozen=True)
+class WritePort:
+    """``--weights ram``: the device's parameter write port (``wr_en``, ``wr_addr``, ``wr_data`` in the top) and
+    where this node's parameter arrays live in its address space (array name -> first word address). The
+    order of the words inside each region is the emitter's memory layout; ``weights_layout`` packs it."""
+
+    addr_bits: int
+    word_bits: int
+    bases: dict[str, int]
+
+
+@dataclass(frozen=True)
 class StageRequest:
     """What the generator asks of an emitter: the node, its tensors' types and the chosen reuse factor."""
 
@@ -55,6 +66,9 @@ class StageRequest:
     #: A ReLU fused into this stage (emitters registered with ``fuses_relu``): the ReLU's output type, which
     #: is then the stage's output; ``out_type`` stays the node's own output type, requantized before the ReLU.
     relu_type: Optional[FixedType] = None
+    #: None: the parameters are constants (``--weights rom``); else they come from memories written through
+    #: this port, and the stage connects ``wr_en``/``wr_addr``/``wr_data``.
+    write_port: Optional[WritePort] = None
 
 
 @dataclass

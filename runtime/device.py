@@ -106,7 +106,7 @@ class Device:
             return cls._open_cpu(model, CpuTransport(model))
         if transport == "sim":
             from .transports import SimTransport
-            link = SimTransport(model, flip_rate=flip_rate, seed=seed, progress=progress)
+            link = SimTransport.for_model(model, flip_rate=flip_rate, seed=seed, progress=progress)
         elif isinstance(transport, str):
             from .transports import DEFAULT_BAUD, SerialTransport
             link = SerialTransport(transport, baud or model.baud or DEFAULT_BAUD, clock_hz=model.clock_hz)
@@ -435,6 +435,7 @@ class _WireBackend:
 
 
 def weight_words(model: DeployedModel, layout: dict) -> list[int]:
-    """The device's weight words for ``model`` (the RTL backend's packer for ``--weights ram`` builds)."""
-    from bitforge.toolchain.backends.rtl.weights_layout import pack_weight_words
-    return [int(w) for w in pack_weight_words(model.graph, layout)]
+    """The device's weight words for ``model``: the RTL backend's packer for ``--weights ram`` builds, which also
+    refuses (naming the node and array) a graph whose layers do not match the layout."""
+    from bitforge.toolchain.backends.rtl.weights_layout import Layout, pack_weight_words
+    return [int(w) for w in pack_weight_words(model.graph, Layout.from_json(layout, f"{model.source}: weights"))]

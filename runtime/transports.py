@@ -29,9 +29,9 @@ DEFAULT_BAUD = 115_200
 #: second; a loaded shared machine or a large core can be 10x slower): deadlines use this many cycles per second.
 SIM_CYCLES_PER_S = 100_000
 SIM_MARGIN_S = 2.0
-#: The simulated board's UART divider when the bundle records none: a few clocks per bit keep simulated time
-#: (and so wall time) short; the device samples mid-bit, which needs at least 4.
-SIM_CLKS_PER_BIT = 8
+#: The simulated board's UART divider when the bundle records none: the device wrapper's default, the fewest clocks
+#: per bit its receiver accepts, so a simulated frame costs the fewest cycles (and the least wall time).
+SIM_CLKS_PER_BIT = 4
 
 
 class TransportError(BitforgeError):
@@ -92,43 +92,58 @@ class SerialTransport:
 
 
 class SimTransport:
-    """The simulated board: the bundle's device RTL built with Verilator (cached by content), started, and its
-    pseudo-terminal opened with pyserial; ``flip_rate``/``seed`` inject bit errors on the wire both ways."""
+    """The simulated board: a device top's Verilog built with Verilator (cached by content), started, and its
+    pseudo-terminal opened with pyserial; ``flip_rate``/``seed`` flip bits on the wire both ways.
+    :meth:`for_model` takes the Verilog from a bundle."""
 
-    def __init__(self, model: DeployedModel, *, flip_rate: float = 0.0, seed: int = 0,
-                 clks_per_bit: Optional[int] = None, cycles_per_s: float = SIM_CYCLES_PER_S,
-                 margin_s: float = SIM_MARGIN_S, progress: Optional[Progress] = None):
+    def __init__(self, files, top: str, *, clks_per_bit: int = SIM_CLKS_PER_BIT, flip_rate: float = 0.0,
+                 seed: int = 0, cycles_per_s: float = SIM_CYCLES_PER_S, margin_s: float = SIM_MARGIN_S,
+                 progress: Optional[Progress] = None, cleanup: Optional[Path] = None):
         from .sim_board import SimBoard, build_sim_board
 
-        self.model = model
-        dev = model.bundle.manifest.device if model.bundle is not None else None
-        if dev is None:
-            raise TransportError(f"{model.source}: the simulated board builds the device RTL that a bundle carries; "
-                                 "open the .bfb file that 'bitforge deploy' wrote")
-        self.clks_per_bit = int(clks_per_bit or model.rtl_device.get("clks_per_bit_default") or SIM_CLKS_PER_BIT)
-        self._src = Path(tempfile.mkdtemp(prefix="bitforge-simdevice-"))
+        self._cleanup = cleanup
+        self.clks_per_bit = int(clks_per_bit)
         try:
-            files = []
-            for name in dev.files:
-                dest = self._src.joinpath(*name.split("/"))
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                dest.write_bytes(model.bundle.read(name))
-                files.append(dest)
-            exe = build_sim_board(files, dev.top, self.clks_per_bit, progress=progress)
+            exe = build_sim_board(list(files), top, self.clks_per_bit, progress=progress)
             self.board = SimBoard(exe, flip_rate=flip_rate, seed=seed).start()
         except BaseException:
-            shutil.rmtree(self._src, ignore_errors=True)
+            self._remove_sources()
             raise
-        self.name = f"simulated board ({dev.top})"
+        self.name = f"simulated board ({top})"
         cycle_s = 1.0 / cycles_per_s
         self.timing = LinkTiming(self.clks_per_bit * cycle_s, cycle_s, margin_s)
         try:
             self._serial = SerialTransport(self.board.port, DEFAULT_BAUD, margin_s=margin_s)
         except BaseException:
             self.board.stop()
-            shutil.rmtree(self._src, ignore_errors=True)
+            self._remove_sources()
             raise
         self.stats = None
+
+    @classmethod
+    def for_model(cls, model: DeployedModel, **kw) -> "SimTransport":
+        """The device RTL a bundle carries, written to a temporary folder (removed on :meth:`close`)."""
+        dev = model.bundle.manifest.device if model.bundle is not None else None
+        if dev is None:
+            raise TransportError(f"{model.source}: the simulated board builds the device RTL that a bundle carries; "
+                                 "open the .bfb file that 'bitforge deploy' wrote")
+        kw.setdefault("clks_per_bit", int(model.rtl_device.get("clks_per_bit_default") or SIM_CLKS_PER_BIT))
+        src = Path(tempfile.mkdtemp(prefix="bitforge-simdevice-"))
+        try:
+            files = []
+            for name in dev.files:
+                dest = src.joinpath(*name.split("/"))
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(model.bundle.read(name))
+                files.append(dest)
+        except BaseException:
+            shutil.rmtree(src, ignore_errors=True)
+            raise
+        return cls(files, dev.top, cleanup=src, **kw)
+
+    def _remove_sources(self) -> None:
+        if self._cleanup is not None:
+            shutil.rmtree(self._cleanup, ignore_errors=True)
 
     def write(self, data: bytes) -> None:
         self._serial.write(data)
@@ -143,4 +158,4 @@ class SimTransport:
             try:
                 self.stats = self.board.stop()
             finally:
-                shutil.rmtree(self._src, ignore_errors=True)
+                self._remove_sources()

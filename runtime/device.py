@@ -124,11 +124,11 @@ class Device:
 
     @classmethod
     def _open_link(cls, model: DeployedModel, link: ByteLink, *, timeout: Optional[float], retries: int) -> "Device":
-        timing: LinkTiming = getattr(link, "timing", None) or LinkTiming(1 / 115_200, 1 / 12e6, 0.25)
+        timing: LinkTiming = getattr(link, "timing", None) or LinkTiming(1 / 115_200, 1 / 12e6, 0.25, 0.05)
         if timeout is not None:
             if not timeout > 0:
                 raise BitforgeError(f"timeout must be a positive number of seconds, not {timeout!r}")
-            timing = LinkTiming(timing.bit_s, timing.cycle_s, float(timeout))
+            timing = LinkTiming(timing.bit_s, timing.cycle_s, float(timeout), timing.settle_s)
         session = Session(link, timing, retries=retries)
         session.flush()
         payload = session.request(FrameType.HELLO, answer_bytes=HELLO_ANSWER_BYTES)
@@ -333,22 +333,42 @@ class _WireBackend:
         self.session = session
         self.hello = hello
         self.model = model
+        self.batch = self._batch(hello.in_bytes, hello.out_bytes) if hello.in_bits else 1
+        self._clean = 0
 
     # words per request: both the request and the answer must fit max_payload
     def _batch(self, in_bytes: int, out_bytes: int) -> int:
         return max(1, min(self.hello.max_payload // in_bytes, self.hello.max_payload // out_bytes))
 
     def _stream(self, kind: FrameType, words: Sequence[int], progress: Optional[Progress]) -> np.ndarray:
+        """Words through the core in requests of at most ``self.batch`` words. A request that needed retries
+        halves the batch for the next ones (on a noisy line a long frame is rarely whole), four clean ones double
+        it again up to what ``max_payload`` allows. An ``infer_batch`` whose retries ran out is split and sent
+        again (inference has no side effect); a ``learn`` never is: its samples may have been applied, and only
+        the same request (same seq) is answered from the device's copy."""
         h, m = self.hello, self.model
         k_max = self._batch(h.in_bytes, h.out_bytes)
         out = np.zeros((len(words), m.d_out), dtype=np.int64)
         done = 0
         while done < len(words):
-            chunk = words[done:done + k_max]
+            chunk = words[done:done + min(self.batch, k_max)]
             k = len(chunk)
             req = FrameType.INFER if kind == FrameType.INFER_BATCH and k == 1 else kind
-            answer = self.session.request(req, words_to_bytes(chunk, h.in_bits), answer_bytes=k * h.out_bytes,
-                                          cycles=h.latency_cycles + k * h.ii)
+            before = self.session.stats.retries
+            try:
+                answer = self.session.request(req, words_to_bytes(chunk, h.in_bits), answer_bytes=k * h.out_bytes,
+                                              cycles=h.latency_cycles + k * h.ii)
+            except DeviceTimeout:
+                if kind != FrameType.INFER_BATCH or k == 1:
+                    raise
+                self.batch = max(1, k // 4)
+                continue
+            if self.session.stats.retries > before:
+                self.batch, self._clean = max(1, k // 2), 0
+            else:
+                self._clean += 1
+                if self._clean >= 4 and self.batch < k_max:
+                    self.batch, self._clean = min(k_max, 2 * self.batch), 0
             if len(answer) != k * h.out_bytes:
                 raise DeviceFault(f"{self.session.link.name}: {req.name.lower()} of {k} words was answered with "
                                   f"{len(answer)} bytes, expected {k * h.out_bytes}; the device runs another build")

@@ -78,22 +78,28 @@ class ByteLink(Protocol):
 
 @dataclass(frozen=True)
 class LinkTiming:
-    """How long the link takes: seconds per bit on the wire, per core clock cycle, and a fixed margin (USB
-    latency, scheduling, a simulator starting up) added to every deadline."""
+    """How long the link takes: seconds per bit on the wire, per core clock cycle, a fixed margin (USB
+    latency, scheduling, a simulator starting up) added to every deadline, and ``settle_s``, the silence after
+    which a flushed line counts as quiet (the latency of a byte that is already on its way)."""
 
     bit_s: float
     cycle_s: float
     margin_s: float
+    settle_s: float = 0.05
+
+    def ideal(self, request_bytes: int, answer_bytes: int, cycles: int) -> float:
+        """Seconds a request and its answer take on the wire, plus the core's cycles, with no latency at all."""
+        wire = (wire_bytes(request_bytes) + wire_bytes(answer_bytes)) * BITS_PER_BYTE * self.bit_s
+        return wire + cycles * self.cycle_s
 
     def deadline(self, request_bytes: int, answer_bytes: int, cycles: int) -> float:
-        """Seconds to wait for an answer: twice the ideal time (wire both ways plus the core), plus the margin."""
-        wire = (wire_bytes(request_bytes) + wire_bytes(answer_bytes)) * BITS_PER_BYTE * self.bit_s
-        return 2.0 * (wire + cycles * self.cycle_s) + self.margin_s
+        """The longest wait for an answer: twice the ideal time, plus the margin."""
+        return 2.0 * self.ideal(request_bytes, answer_bytes, cycles) + self.margin_s
 
     @property
     def quiet_s(self) -> float:
         """How long the line must stay silent before the device counts as idle after a flush."""
-        return 2 * ERROR_FRAME_WIRE * BITS_PER_BYTE * self.bit_s + self.margin_s / 4
+        return 2 * ERROR_FRAME_WIRE * BITS_PER_BYTE * self.bit_s + self.settle_s
 
 
 @dataclass
@@ -130,6 +136,8 @@ class Session:
         self.retries = retries
         self.stats = SessionStats()
         self._seq = 0
+        self._latency: Optional[float] = None  # smoothed seconds an answer takes beyond its ideal time
+        self._latency_var = 0.0
         self._decoder = FrameDecoder(HEADER_BYTES + max(max_payload, 0xFF) + CRC_BYTES)
 
     def set_max_payload(self, max_payload: int) -> None:
@@ -141,6 +149,7 @@ class Session:
         self.link.write(b"\x00")
         quiet = self.timing.quiet_s
         end = time.monotonic() + (max_wait if max_wait is not None else 8 * quiet + self.timing.margin_s)
+        # bounded: a device that never stops talking cannot hold the session here
         while time.monotonic() < end:
             if not self.link.read(min(quiet, max(0.0, end - time.monotonic()))):
                 break
@@ -152,22 +161,46 @@ class Session:
         self._seq = (self._seq + 1) & 0xFF
         seq = self._seq
         frame = encode_frame(Frame(int(kind), seq, payload))
-        deadline = self.timing.deadline(len(payload), answer_bytes, cycles)
+        ideal = self.timing.ideal(len(payload), answer_bytes, cycles)
+        longest = self.timing.deadline(len(payload), answer_bytes, cycles)
         self.stats.requests += 1
         last = "nothing"
         for attempt in range(self.retries + 1):
             if attempt:
                 self.stats.retries += 1
                 self.flush()
+            deadline = self._deadline(ideal, longest, attempt)
+            sent = time.monotonic()
             self.link.write(frame)
             outcome, last_seen = self._await(kind, seq, deadline)
             if isinstance(outcome, Frame):
+                if not attempt:  # Karn: only an answer to a single try says how long answers take
+                    self._learn_latency(time.monotonic() - sent - ideal)
                 return outcome.payload
             last = last_seen
         raise DeviceTimeout(f"{self.link.name}: no answer to {_name(kind)} (seq {seq}, {len(payload)} payload bytes) "
-                            f"after {self.retries + 1} tries of {deadline:.3g} s each; last seen: {last}. Check "
+                            f"after {self.retries + 1} tries (the last waited {deadline:.3g} s); last seen: {last}. Check "
                             "that the device is powered, programmed with this bundle's bitstream and on this port at "
                             "this baud rate (a simulated board: that it is still running)")
+
+    def _deadline(self, ideal: float, longest: float, attempt: int) -> float:
+        """How long one try waits. Until an answer has been timed, the longest wait; then, as TCP's retransmission
+        timer (RFC 6298), twice the ideal time plus the measured latency and four times its deviation, doubled
+        for each further try and never beyond the longest wait. A damaged answer or request then costs
+        milliseconds on a fast link instead of the margin; a late answer merely causes a retry, which the device
+        answers from its copy."""
+        if self._latency is None:
+            return longest
+        quick = 2.0 * ideal + max(self.timing.settle_s, self._latency + 4.0 * self._latency_var)
+        return min(longest, quick * 2.0 ** attempt)
+
+    def _learn_latency(self, sample: float) -> None:
+        sample = max(0.0, sample)
+        if self._latency is None:
+            self._latency, self._latency_var = sample, sample / 2
+        else:
+            self._latency_var = 0.75 * self._latency_var + 0.25 * abs(self._latency - sample)
+            self._latency = 0.875 * self._latency + 0.125 * sample
 
     def _await(self, kind: FrameType, seq: int, deadline: float) -> tuple[Optional[Frame], str]:
         """The answer, or None with a description of what was seen when the try ended."""

@@ -22,6 +22,8 @@ Progress = Callable[[str], None]
 #: A host's USB serial adapter delivers bytes in bursts (an FTDI latency timer is 16 ms by default), and the
 #: operating system may schedule the reader late: every deadline on a real port gets this much on top.
 SERIAL_MARGIN_S = 0.25
+#: Silence after which a flushed port counts as quiet: above the FTDI latency timer's 16 ms.
+SERIAL_SETTLE_S = 0.04
 #: Without a board in the bundle (a port given by hand), the clock is unknown: assume a slow one.
 DEFAULT_CLOCK_HZ = 12_000_000
 DEFAULT_BAUD = 115_200
@@ -29,6 +31,8 @@ DEFAULT_BAUD = 115_200
 #: second; a loaded shared machine or a large core can be 10x slower): deadlines use this many cycles per second.
 SIM_CYCLES_PER_S = 100_000
 SIM_MARGIN_S = 2.0
+#: The simulated board answers a flush within a few thousand cycles: milliseconds.
+SIM_SETTLE_S = 0.01
 #: The simulated board's UART divider when the bundle records none: the device wrapper's default, the fewest clocks
 #: per bit its receiver accepts, so a simulated frame costs the fewest cycles (and the least wall time).
 SIM_CLKS_PER_BIT = 4
@@ -59,7 +63,7 @@ class SerialTransport:
         self.baud = int(baud)
         if self.baud < 1:
             raise TransportError(f"baud rate must be a positive integer, not {baud!r}")
-        self.timing = LinkTiming(1.0 / self.baud, 1.0 / (clock_hz or DEFAULT_CLOCK_HZ), margin_s)
+        self.timing = LinkTiming(1.0 / self.baud, 1.0 / (clock_hz or DEFAULT_CLOCK_HZ), margin_s, SERIAL_SETTLE_S)
         try:
             self._ser = serial.Serial(port, self.baud, bytesize=8, parity="N", stopbits=1, timeout=0,
                                       xonxoff=False, rtscts=False, dsrdtr=False, exclusive=True)
@@ -111,7 +115,7 @@ class SimTransport:
             raise
         self.name = f"simulated board ({top})"
         cycle_s = 1.0 / cycles_per_s
-        self.timing = LinkTiming(self.clks_per_bit * cycle_s, cycle_s, margin_s)
+        self.timing = LinkTiming(self.clks_per_bit * cycle_s, cycle_s, margin_s, SIM_SETTLE_S)
         try:
             self._serial = SerialTransport(self.board.port, DEFAULT_BAUD, margin_s=margin_s)
         except BaseException:

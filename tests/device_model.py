@@ -269,7 +269,7 @@ class MemoryLink:
                  on_answer: Optional[Callable[[int, bytes], bytes]] = None, silent: bool = False):
         self.name = "reference device"
         self.device = device
-        self.timing = LinkTiming(bit_s, bit_s / 10, margin_s)
+        self.timing = LinkTiming(bit_s, bit_s / 10, margin_s, 0.002)
         self.on_write, self.on_answer, self.silent = on_write, on_answer, silent
         self.writes: list[bytes] = []
         self.answers = 0

@@ -58,6 +58,14 @@ VARIANTS = [
     ("bf_serialize", {"WORD_W": 100, "BUS_W": 16}),
     ("bf_deserialize", {"WORD_W": 8}),
     ("bf_deserialize", {"WORD_W": 100, "BUS_W": 16}),
+    ("bf_dense_folded_ram", {"R": 1, "HAS_BIAS": 1}),
+    ("bf_dense_folded_ram", {"R": 3, "N_IN": 5, "N_OUT": 3, "HAS_BIAS": 1}),
+    ("bf_dense_folded_ram", {"R": 8, "N_IN": 3, "N_OUT": 5, "HAS_BIAS": 1, "RAM_STYLE": 1, "IN_SIGNED": 0,
+                             "LEVELS_PER_STAGE": 1}),
+    ("bf_dense_folded_ram", {"R": 15, "N_IN": 3, "N_OUT": 5, "ACT": 1, "Y_W": 6, "Y_SIGNED": 0}),
+    ("bf_kan_layer_ram", {"N_IN": 2, "N_OUT": 3, "G": 20, "RAM_STYLE": 1}),
+    ("bf_kan_layer_ram", {"K": 2, "G": 1, "N_OUT": 1}),
+    ("bf_kan_layer_ram", {"K": 1, "BASIS_CLOSED": 0, "U": 3, "G": 8, "N_IN": 3, "N_OUT": 2}),
 ]
 
 

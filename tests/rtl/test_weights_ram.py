@@ -102,7 +102,7 @@ def perturbed(g: ir.Graph, seed: int) -> ir.Graph:
     for i, n in enumerate(b.nodes):
         new = {}
         for k, a in n.array_fields().items():
-            t = getattr(n, wl._TYPE_FIELD[(n.OP, k)])
+            t = getattr(n, wl.TYPE_FIELDS[(n.OP, k)])
             new[k] = _codes(rng, t, a.shape)
         b.nodes[i] = dataclasses.replace(n, **new)
     return b

@@ -39,7 +39,7 @@ from .kan import kan_banks
 from .stages import WritePort
 
 __all__ = ["WEIGHT_MODES", "WeightsError", "LayoutEntry", "Layout", "weight_layout", "pack_weight_words",
-           "rom_weights", "write_ports"]
+           "rom_weights", "write_ports", "TYPE_FIELDS", "describe"]
 
 #: ``--weights``: ``rom`` (parameters are constants of the bitstream) or ``ram`` (loaded at run time).
 WEIGHT_MODES = ("rom", "ram")
@@ -260,7 +260,7 @@ def pack_weight_words(g: Graph, layout: Layout) -> list[int]:
     for e in layout.entries:
         node = g.node(e.node)
         codes = np.asarray(node.array_fields()[e.array])
-        t = getattr(node, _TYPE_FIELD[(node.OP, e.array)])
+        t = getattr(node, TYPE_FIELDS[(node.OP, e.array)])
         if codes.dtype.kind not in "iuO":
             raise WeightsError(f"{node.describe()}: {e.array} holds {codes.dtype} values, not integer codes of {t}; "
                                "quantize the model first")
@@ -275,7 +275,8 @@ def pack_weight_words(g: Graph, layout: Layout) -> list[int]:
     return [int(w) for w in words]
 
 
-_TYPE_FIELD = {("Dense", "weight"): "weight_type", ("Dense", "bias"): "bias_type", ("LowRankDense", "u"): "u_type",
+#: (op, array) -> the node field holding that array's fixed-point type.
+TYPE_FIELDS = {("Dense", "weight"): "weight_type", ("Dense", "bias"): "bias_type", ("LowRankDense", "u"): "u_type",
                ("LowRankDense", "v"): "v_type", ("LowRankDense", "bias"): "bias_type",
                ("KANLayer", "coeffs"): "coeff_type"}
 
@@ -296,7 +297,7 @@ def _check_architecture(g: Graph, layout: Layout) -> None:
         if shape != e.shape:
             raise WeightsError(f"{node.describe()}: {e.array} has shape {shape}, the device's has {e.shape}: "
                                "another architecture")
-        t = getattr(node, _TYPE_FIELD.get((node.OP, e.array), ""), None)
+        t = getattr(node, TYPE_FIELDS.get((node.OP, e.array), ""), None)
         if t is None or t.to_short() != e.type:
             raise WeightsError(f"{node.describe()}: {e.array} has type {t.to_short() if t else None}, the device's "
                                f"has {e.type}: another architecture (types are hardware)")

@@ -181,10 +181,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..runtime.batch_run import run_bundle
 
     bar, advance = counted_progress(f"run on {args.device}")
+    shown = [0]
+
+    def step(k: int, n: int) -> None:  # every frame moves a bar; a log gets a line per tenth
+        if console.is_terminal or k == n or k - shown[0] >= n / 10:
+            shown[0] = k
+            advance(k, n, "")
+
     with bar:
         done = run_bundle(args.bundle, args.input, args.output, device=args.device, baud=args.baud,
                           expect_sha256=args.expect_sha256, codes=args.codes, timeout=args.timeout,
-                          retries=args.retries, progress=lambda k, n: advance(k, n, ""), note=progress)
+                          retries=args.retries, progress=step, note=progress)
     rate = done.samples / done.seconds if done.seconds > 0 else float("inf")
     link = "" if done.retries is None else f", {done.retries} retries"
     result(f"{done.samples:,} samples of {done.model_name} on {done.device} -> {done.output} "

@@ -59,8 +59,8 @@ def measure(model: str, reuse: int, targets: Sequence[str] = TARGETS, work: Unio
                    "weights": mode}
             try:
                 entry = implement(out, t, seed=seed, progress=progress)
-            except DoesNotFit as e:
-                entry = {"error": str(e)}
+            except DoesNotFit as e:  # the synthesis numbers of the resources it lacks, and why
+                entry = {"error": str(e), **{r: needed for r, (needed, _) in e.over.items()}}
             row.update({k: entry.get(k) for k in ROW_FIELDS if k not in row})
             rows.append(row)
     return rows

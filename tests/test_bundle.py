@@ -19,6 +19,7 @@ import pytest
 
 from bitforge.runtime import bundle as bf
 from bitforge.runtime.bundle import MANIFEST, Bundle, BundleError
+from bitforge.runtime.protocol import PROTOCOL_VERSION
 from bitforge.toolchain import identity, ir
 from bitforge.toolchain.cli import main
 from bitforge.toolchain.deploy import DeployError, write_bundle
@@ -135,6 +136,7 @@ def test_bundle_holds_the_output_folder_and_a_manifest_that_describes_it(compile
     m = b.manifest
     assert (m.model_id, m.arch_id) == (identity.model_id(g), identity.arch_id(g))
     assert m.model_name == g.name and m.board is None and b.bitstream is None
+    assert m.protocol_version == rtl["device"].get("protocol_version", PROTOCOL_VERSION)
     assert b.sha256 == done.sha256 == hashlib.sha256((tmp_path / "kt.bfb").read_bytes()).hexdigest()
     assert [t.name for t in m.inputs] == g.inputs and [t.name for t in m.outputs] == g.outputs
     assert m.device.input.type == g.tensors[rtl["input_tensor"]].type_str()
@@ -232,6 +234,7 @@ def _link_bitstream(out: Path) -> None:
     (lambda out: (out / "rtl" / "kan_tracker.v").unlink(), ["kan_tracker.v", "is missing"]),
     (lambda out: _edit_rtl_manifest(out, weights={"mode": "rom", "arch_id": "0" * 64}), ["mixes two compiles"]),
     (lambda out: _edit_rtl_manifest(out, input_tensor="nope"), ["input_tensor 'nope' is not a tensor"]),
+    (lambda out: _edit_device(out, protocol_version="1"), ["device.protocol_version should be a positive integer"]),
 ])
 def test_an_incomplete_output_folder_is_refused(compiled, tmp_path, change, words):
     out = tmp_path / "out"
@@ -254,6 +257,12 @@ def test_an_online_learner_is_refused(tmp_path):
 def _drop_device(out: Path) -> None:
     man = json.loads((out / "rtl/manifest.json").read_text())
     del man["device"]
+    (out / "rtl/manifest.json").write_text(json.dumps(man))
+
+
+def _edit_device(out: Path, **fields) -> None:
+    man = json.loads((out / "rtl/manifest.json").read_text())
+    man["device"].update(fields)
     (out / "rtl/manifest.json").write_text(json.dumps(man))
 
 

@@ -167,7 +167,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     m = done.manifest
     where = (f"board {m.board.board} ({m.board.target}, bitstream {m.board.bitstream})" if m.board is not None else
              "the simulated board and the CPU (no bitstream)")
-    result(f"wrote {args.output}: {m.model_name} for {where}, {len(m.members) + 1} members, {done.size:,} bytes")
+    result(f"wrote {args.output}: {m.model_name} for {where}; bundle.json and {len(m.members)} members, "
+           f"{done.size:,} bytes")
     result(f"sha256 {done.sha256}")
     note(f"whoever receives the bundle can check it with: bitforge inspect {args.output} --expect-sha256 "
          f"{done.sha256}")

@@ -89,6 +89,15 @@ class _Folder:
         return rel
 
 
+def _protocol_version(man: dict, where: Path, redo: str) -> int:
+    """The protocol version the device's Verilog speaks, as its manifest records it (an output folder compiled by
+    an older bitforge keeps its version: the host talks to the device as it was built)."""
+    version = man["device"].get("protocol_version", PROTOCOL_VERSION)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise DeployError(f"{where}: device.protocol_version should be a positive integer, found {version!r}; {redo}")
+    return version
+
+
 def _device(out: Path, man: dict, g: ir.Graph, redo: str) -> Device:
     where = out / "rtl" / "manifest.json"
     section = man.get("device")
@@ -189,18 +198,19 @@ def collect(out: PathLike, board: Optional[str] = None) -> tuple[Manifest, dict[
         if not (out / name).is_file():
             raise DeployError(f"{out / name} is missing ({why}); {redo}")
     g = ir.load(out)
-    man = read_json_object(out / "rtl" / "manifest.json", DeployError, redo)
+    where = out / "rtl" / "manifest.json"
+    man = read_json_object(where, DeployError, redo)
     device = _device(out, man, g, redo)
     folder = _Folder(out)
     for rel in REQUIRED:
         folder.add(rel, "bitforge deploy", redo)
     rtl_files = man.get("files")
     if not isinstance(rtl_files, list):
-        raise DeployError(f"{out / 'rtl' / 'manifest.json'}: 'files' should be a list of paths; {redo}")
+        raise DeployError(f"{where}: 'files' should be a list of paths; {redo}")
     for rel in sorted(set(rtl_files) | set(device.files), key=str):
-        folder.add(rel, f"{out / 'rtl' / 'manifest.json'}", redo)
-    manifest = Manifest(bitforge_version=_bitforge_version(), protocol_version=PROTOCOL_VERSION, model_name=g.name,
-                        model_id=identity.model_id(g), arch_id=identity.arch_id(g),
+        folder.add(rel, str(where), redo)
+    manifest = Manifest(bitforge_version=_bitforge_version(), protocol_version=_protocol_version(man, where, redo),
+                        model_name=g.name, model_id=identity.model_id(g), arch_id=identity.arch_id(g),
                         inputs=tuple(tensor_format(g.tensors[n]) for n in g.inputs),
                         outputs=tuple(tensor_format(g.tensors[n]) for n in g.outputs), device=device,
                         board=None if board is None else _board(out, report, board, folder))

@@ -545,3 +545,20 @@ def test_extract_keeps_the_output_folder_rules(bundle_bytes, tmp_path):
     b.extract(tmp_path / "fresh")
     b.extract(tmp_path / "fresh")  # its own earlier extraction is replaced
     assert (tmp_path / "fresh" / BITSTREAM).read_bytes() == b.bitstream
+
+
+@pytest.mark.slow
+def test_a_real_board_build_deploys(compiled, tmp_path):
+    """The board flow's own report entry and bitstream (place and route on the iCEBreaker's UP5K, about a minute)."""
+    out = tmp_path / "out"
+    shutil.copytree(compiled, out)
+    assert main(["implement", str(out), "--board", "icebreaker"]) == 0
+    entry = json.loads((out / "report.json").read_text())["boards"]["icebreaker"]
+    done = write_bundle(out, "icebreaker", tmp_path / "kt.bfb")
+    b = Bundle.open(tmp_path / "kt.bfb", expect_sha256=done.sha256)
+    board = b.manifest.board
+    assert b.bitstream == (out / entry["bitstream"]).read_bytes() and hashlib.sha256(b.bitstream).hexdigest() == \
+        entry["sha256"]
+    assert b.read(board.constraints) == (out / entry["constraints"]).read_bytes()
+    assert (board.clock_hz, board.device_clock_hz, board.baud, board.clks_per_bit, board.resources) == (
+        entry["clock_hz"], entry["core_clock_hz"], entry["baud"], entry["clks_per_bit"], entry["resources"])

@@ -297,8 +297,8 @@ def test_deploy_and_inspect_commands(with_board, tmp_path, capsys):
     code, text = run_cli(capsys, "inspect", target, "--expect-sha256", digest.upper())
     m = Bundle.open(target).manifest
     assert code == 0 and "matches --expect-sha256" in text
-    for word in (m.model_id, m.arch_id, "fixed<16,6,RND_CONV,SAT>", "core clock 12,000,000 Hz", "115,384.6 baud (115,200 requested, 104 clocks per bit)", BITSTREAM,
-                 "weights.safetensors"):
+    for word in (m.model_id, m.arch_id, "fixed<16,6,RND_CONV,SAT>", "core clock 12,000,000 Hz",
+                 "115,384.6 baud (115,200 requested, 104 clocks per bit)", BITSTREAM, "weights.safetensors"):
         assert word in text, word
     code, text = run_cli(capsys, "inspect", target, "--expect-sha256", "0" * 64)
     assert code == 2 and f"SHA-256 {digest}, expected {'0' * 64}" in text

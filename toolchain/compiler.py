@@ -363,6 +363,9 @@ def write_rtl(g: Graph, folder: Path, options: CompileOptions,
     manifest = design.manifest()
     if explanation:
         manifest["reuse_auto"] = explanation
+    from .backends.rtl.device import device_for_model, write_device
+    # The device top (UART + protocol engine around the board top) for boards and the simulated board.
+    manifest["device"] = write_device(rtl, device_for_model(g, manifest))
     (rtl / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     weights = manifest["weights"]
     return {k: manifest[k] for k in ("core_top", "board_top", "latency_cycles", "ii", "layers", "bus_width")} | (

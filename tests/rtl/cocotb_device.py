@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 from pathlib import Path
 
 import cocotb
@@ -20,9 +19,10 @@ from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly
 
 from bitforge.runtime.protocol import (
-    DeviceError, ErrorCode, Frame, FrameDecoder, FrameError, FrameType, Hello, bytes_to_words, encode_body,
-    encode_frame, pack_word, read_state_request, unpack_word, words_to_bytes)
+    DeviceError, ErrorCode, Frame, FrameDecoder, FrameType, Hello, bytes_to_words, encode_body,
+    encode_frame, pack_word, read_state_request, words_to_bytes)
 from cobs import cobs
+from device_fuzz import check, fuzz_unit, pieces, verdicts
 
 CFG = json.loads(Path(os.environ["BITFORGE_DEVICE_BENCH"]).read_text())
 DEV = CFG["device"]
@@ -479,56 +479,13 @@ async def fuzzed_frames_never_hang_the_device(dut):
     golden, rng = Golden(), random.Random(CFG.get("fuzz_seed", 7))
     host = FrameDecoder(max_body=MAX_PAYLOAD + 6)
     for i in range(CFG["fuzz_frames"]):
-        wire = fuzz_frame(rng, golden)
-        # A unit may hold several frames (random zeros); the host sends the next one after the answer
-        for piece in re.findall(rb"[^\x00]*\x00|[^\x00]+$", wire):
-            verdicts = host.feed(piece)
-            if host.pending:
-                verdicts.append(FrameError(ErrorCode.TIMEOUT, "partial"))
-                host.reset()
+        wire = fuzz_unit(rng, IN_BYTES, lambda k: words_to_bytes(golden.infer_words(k, rng)[0], golden.in_bits))
+        for piece in pieces(wire):
             link.send(piece, gap=0)
-            for v in verdicts:
-                got = await link.answer(TIMEOUT + ANSWER_CLOCKS)
-                assert isinstance(got, Frame), f"fuzz frame {i}: the device sent an invalid frame {got}"
-                if isinstance(v, FrameError):
-                    assert got.type == FrameType.ERROR, f"fuzz frame {i} {wire.hex()}: host says {v}, device {got}"
-                    code = DeviceError.parse(got.payload).code
-                    assert code == v.code or ErrorCode.TOO_LONG in (code, v.code), (
-                        f"fuzz frame {i} {wire.hex()}: host says {v.code.name}, device {ErrorCode(code).name}")
-                else:
-                    assert got.seq == v.seq and got.type in (v.type | 0x80, FrameType.ERROR), (
-                        f"fuzz frame {i}: good frame {v.describe()} answered with {got.describe()}")
+            for want in verdicts(host, piece):
+                check(i, wire, want, await link.answer(TIMEOUT + ANSWER_CLOCKS))
             await link.quiet(20)
-        await link.quiet(50)
         if i % CFG["probe_every"] == CFG["probe_every"] - 1:
             expect_ok(await link.request(FrameType.HELLO, 0), FrameType.HELLO, 0)  # also forgets kept answers
             await probe(link, golden, rng, (i // CFG["probe_every"]) & 0xFF, f"fuzz frame {i}")
 
-
-def fuzz_frame(rng: random.Random, golden: Golden) -> bytes:
-    """One wire unit: random bytes, a mutated good frame, a frame with a random header, or a cut one."""
-    kind = rng.random()
-    if kind < 0.25:
-        data = bytes(rng.randrange(256) if rng.random() < 0.9 else 0 for _ in range(rng.randint(1, 40)))
-        return data + b"\x00"
-    seq = rng.randrange(256)
-    if kind < 0.45:
-        ftype = rng.choice([0, 1, 2, 3, 5, 6, 7, 0x42, 0x7F, 0x81, 0xFF])
-        payload = bytes(rng.randrange(256) for _ in range(rng.choice([0, 1, IN_BYTES, 2 * IN_BYTES, 6, 16, 17])))
-        return encode_frame(Frame(ftype, seq, payload))
-    xw, _ = golden.infer_words(rng.randint(1, 3), rng)
-    good = bytearray(encode_frame(Frame(FrameType.INFER_BATCH, seq, words_to_bytes(xw, golden.in_bits))))
-    for _ in range(rng.randint(1, 3)):
-        if len(good) < 2:
-            break
-        m = rng.random()
-        at = rng.randrange(len(good) - 1)
-        if m < 0.4:
-            good[at] ^= 1 << rng.randrange(8)
-        elif m < 0.6:
-            del good[at]
-        elif m < 0.8:
-            good.insert(at, rng.randrange(256))
-        else:
-            good = good[:at + 1]  # cut: no delimiter, so the timeout ends it
-    return bytes(good)

@@ -213,8 +213,12 @@ def _rtl(learner: Learner, x: np.ndarray, t: np.ndarray, folder: Path, simulator
     from ..verify.simulate_learner import generate_learner, simulate_learner, write_sources
 
     design = generate_learner(learner, basis, mlp_lanes)
+    from ..backends.rtl.device import device_for_learner, write_device
+
     write_sources(design, folder / "rtl")
-    (folder / "rtl" / "manifest.json").write_text(json.dumps(design.manifest(), indent=2) + "\n")
+    manifest = design.manifest()
+    manifest["device"] = write_device(folder / "rtl", device_for_learner(learner, design))
+    (folder / "rtl" / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     sims = simulate_learner(learner, x, t, work=folder / "sim", simulator=simulator, seed=learner.spec.seed,
                             basis=basis, mlp_lanes=mlp_lanes, progress=progress)
     results = {s: r.to_json() for s, r in sims.items()}

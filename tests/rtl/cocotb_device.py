@@ -20,7 +20,7 @@ from cocotb.triggers import FallingEdge, ReadOnly
 
 from bitforge.runtime.protocol import (
     DeviceError, ErrorCode, Frame, FrameDecoder, FrameType, Hello, bytes_to_words, encode_body,
-    encode_frame, pack_word, read_state_request, words_to_bytes)
+    encode_frame, pack_word, read_state_request, words_to_bytes, write_weights_request)
 from cobs import cobs
 from device_fuzz import check, fuzz_unit, pieces, verdicts
 
@@ -467,6 +467,59 @@ async def a_repeated_request_is_answered_from_the_kept_copy(dut):
     expect_ok(await link.request(FrameType.HELLO, 9), FrameType.HELLO, 9)
     p = expect_ok(await link.request(FrameType.INFER, 9, words_to_bytes(xb, golden.in_bits)), FrameType.INFER, 9)
     assert bytes_to_words(p, golden.out_bits) == yb, "after hello, a request with the old seq must execute"
+    await link.quiet()
+
+
+@cocotb.test(skip="reload" not in CFG)
+async def write_and_commit_weights_load_another_model(dut):
+    """--weights ram: model B's words go in (bad frames first, which change nothing), hello reports model_id 0
+    until commit_weights sets B's, and infer then gives B's golden outputs."""
+    link = Link(dut, 8)
+    await link.start()
+    golden, rng = Golden(), random.Random(8)
+    reload = CFG["reload"]
+    wbits, nwords = HELLO["weight_word_bits"], HELLO["weight_words"]
+    wbytes = (wbits + 7) // 8
+    assert nwords == len(reload["words"])
+    h = Hello.parse(expect_ok(await link.request(FrameType.HELLO, 1), FrameType.HELLO, 1))
+    assert h.model_id.hex() == HELLO["model_id"] and h.can(8)
+    bad = [(write_weights_request(nwords - 1, [0, 0], wbits), (ErrorCode.BAD_ADDRESS, min(nwords, 0xFFFF))),
+           (write_weights_request(0xFFFFFFFF, [0], wbits), (ErrorCode.BAD_ADDRESS, min(nwords, 0xFFFF))),
+           (write_weights_request(0, [0], wbits) + b"\x01", (ErrorCode.WRONG_SHAPE, wbytes)),
+           (b"\x00\x00\x00", (ErrorCode.WRONG_SHAPE, wbytes)),
+           (write_weights_request(0, [], wbits), (ErrorCode.WRONG_SHAPE, wbytes))]
+    for seq, (payload, (code, detail)) in enumerate(bad, start=2):
+        link.send(encode_frame(Frame(FrameType.WRITE_WEIGHTS, seq, payload)))
+        expect_error(await link.answer(), code, seq, FrameType.WRITE_WEIGHTS, detail, f"write_weights {payload.hex()}")
+    link.send(encode_frame(Frame(FrameType.COMMIT_WEIGHTS, 9, bytes(15))))
+    expect_error(await link.answer(), ErrorCode.WRONG_SHAPE, 9, FrameType.COMMIT_WEIGHTS, 16, "commit of 15 bytes")
+    h = Hello.parse(expect_ok(await link.request(FrameType.HELLO, 10), FrameType.HELLO, 10))
+    assert h.model_id.hex() == HELLO["model_id"], "a refused write_weights changed the model_id"
+    await probe(link, golden, rng, 11, "refused weight writes")
+    per = max(1, min(7, (MAX_PAYLOAD - 4) // wbytes))  # several frames, so that a run of writes is exercised
+    seq = 20
+    for first in range(0, nwords, per):
+        chunk = reload["words"][first:first + per]
+        payload = write_weights_request(first, chunk, wbits)
+        answer = expect_ok(await link.request(FrameType.WRITE_WEIGHTS, seq, payload), FrameType.WRITE_WEIGHTS, seq)
+        assert answer == b""
+        # a retry of the same frame is answered from the kept copy
+        assert expect_ok(await link.request(FrameType.WRITE_WEIGHTS, seq, payload), FrameType.WRITE_WEIGHTS, seq) == b""
+        seq += 1
+        h = Hello.parse(expect_ok(await link.request(FrameType.HELLO, seq), FrameType.HELLO, seq))
+        assert h.model_id == bytes(16), "model_id must read 0 while weights are being loaded"
+        seq += 1
+    mid = bytes.fromhex(reload["model_id"])
+    assert expect_ok(await link.request(FrameType.COMMIT_WEIGHTS, seq, mid), FrameType.COMMIT_WEIGHTS, seq) == b""
+    h = Hello.parse(expect_ok(await link.request(FrameType.HELLO, seq + 1), FrameType.HELLO, seq + 1))
+    assert h.model_id == mid and h.arch_id.hex() == HELLO["arch_id"]
+    v = np.load(reload["vectors"])
+    xs, ys = v["inputs"], v["expected"]
+    for i in range(0, len(xs), max(1, len(xs) // 20)):
+        xw = [pack_word(xs[i], HELLO["in_elem_bits"])]
+        p = expect_ok(await link.request(FrameType.INFER, i & 0xFF, words_to_bytes(xw, golden.in_bits)), FrameType.INFER,
+                      i & 0xFF)
+        assert bytes_to_words(p, golden.out_bits) == [pack_word(ys[i], HELLO["out_elem_bits"])], f"model B, vector {i}"
     await link.quiet()
 
 

@@ -33,9 +33,9 @@ HERE = Path(__file__).resolve().parent
 BUILD = REPO / "build" / "test_device"
 
 
-def tiny_graph() -> ir.Graph:
+def tiny_graph(seed: int = 1) -> ir.Graph:
     """Quantize -> Dense 4 -> 3 -> ReLU: 24-bit input words, 12-bit output words (odd byte counts)."""
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(seed)
     dense = ir.Dense("d", ("xq",), ("y",), weight=rng.integers(-32, 32, (3, 4)), bias=rng.integers(-100, 100, 3),
                      weight_type=parse_type("fixed<6,1,RND_CONV,SAT>"), bias_type=parse_type("fixed<10,4,RND_CONV,SAT>"))
     g = ir.sequential("tiny", ir.TensorSpec("x", (4,), None), [
@@ -76,6 +76,27 @@ def model_design(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def ram_design(tmp_path_factory):
+    """The tiny model built with --weights ram, and model B (same architecture, other weights) to load."""
+    from bitforge.toolchain.backends.rtl.generate import RtlOptions
+    from bitforge.toolchain.backends.rtl.weights_layout import Layout, pack_weight_words
+    from bitforge.toolchain.identity import model_id
+    out = tmp_path_factory.mktemp("tiny-ram")
+    g, b = tiny_graph(), tiny_graph(seed=2)
+    design = generate(g, RtlOptions(weights="ram"))
+    _write_sources(out / "rtl", design.files, design.library)
+    man = design.manifest()
+    device = write_device(out / "rtl", device_for_model(g, man))
+    xs, ys = golden_codes(g, man, 400, seed=3)
+    np.savez(out / "vectors.npz", inputs=xs, expected=ys)
+    xb, yb = golden_codes(b, man, 100, seed=4)
+    np.savez(out / "vectors_b.npz", inputs=xb, expected=yb)
+    reload = {"words": [int(w) for w in pack_weight_words(b, Layout.from_json(man["weights"]))],
+              "model_id": model_id(b)[:32], "vectors": str(out / "vectors_b.npz")}
+    return {"kind": "model", "out": out, "device": device, "vectors": str(out / "vectors.npz"), "reload": reload}
+
+
+@pytest.fixture(scope="module")
 def learner_design(tmp_path_factory):
     from bitforge.toolchain.learn.spec import save_learner
     from bitforge.toolchain.verify.simulate_learner import generate_learner, write_sources
@@ -92,12 +113,14 @@ def run_bench(design: dict, simulator: str, mode: str = "bytes", **cfg) -> dict[
     """Runs cocotb_device.py on the design; returns test name -> (outcome, message)."""
     dev = design["device"]
     top = dev["top"] if mode == "pins" else dev["protocol_top"]
-    tag = "-".join([design["kind"], simulator, mode] + [f"{k}{v}" for k, v in sorted(cfg.items())])
+    tag = "-".join([design["kind"] + ("-ram" if "reload" in design else ""), simulator, mode] + [f"{k}{v}" for k, v in sorted(cfg.items())])
     work = BUILD / tag
     work.mkdir(parents=True, exist_ok=True)
     config = {"kind": design["kind"], "device": dev, "mode": mode, "clks_per_bit": DEFAULT_CLKS_PER_BIT,
               "timeout_clks": TIMEOUT_BIT_TIMES * DEFAULT_CLKS_PER_BIT, "infer_vectors": 40, "fuzz_frames": 0,
               "probe_every": 50, "vectors": design.get("vectors"), "learner": design.get("learner"), **cfg}
+    if "reload" in design:
+        config["reload"] = design["reload"]
     (work / "bench.json").write_text(json.dumps(config))
     sources = [design["out"] / f for f in dev["files"]]
     outcome = run_cocotb(simulator, sources, top, "cocotb_device", HERE, work / "build",
@@ -144,6 +167,14 @@ def test_compiled_model_device(model_results, name):
 @pytest.mark.parametrize("name", LEARNER_TESTS)
 def test_learner_device(learner_results, name):
     assert_passed(learner_results, name)
+
+
+@pytest.mark.parametrize("simulator", SIMULATORS)
+def test_weights_ram_device_loads_another_model(ram_design, simulator):
+    results = run_bench(ram_design, simulator, infer_vectors=5)
+    for name in ("write_and_commit_weights_load_another_model", "hello_answers_the_manifest",
+                 "every_bad_frame_gets_one_error_then_the_device_answers"):
+        assert_passed(results, name)
 
 
 @pytest.mark.parametrize("kind", ["model", "learner"])

@@ -58,6 +58,8 @@ VARIANTS = [
     ("bf_serialize", {"WORD_W": 100, "BUS_W": 16}),
     ("bf_deserialize", {"WORD_W": 8}),
     ("bf_deserialize", {"WORD_W": 100, "BUS_W": 16}),
+    ("bf_frame_engine", {"LEARNER": 1, "STATE_WORDS": 64, "RB_AW": 6, "RB_BW": 2, "STATE_BYTES": 3, "WEIGHTS_RAM": 1,
+                         "W_BYTES": 2, "W_DW": 12, "W_AW": 5, "W_WORDS": 20, "IN_BYTES": 5, "LE_BYTE": 4, "LE_MASK": 1}),
     ("bf_dense_folded_ram", {"R": 1, "HAS_BIAS": 1}),
     ("bf_dense_folded_ram", {"R": 3, "N_IN": 5, "N_OUT": 3, "HAS_BIAS": 1}),
     ("bf_dense_folded_ram", {"R": 8, "N_IN": 3, "N_OUT": 5, "HAS_BIAS": 1, "RAM_STYLE": 1, "IN_SIGNED": 0,

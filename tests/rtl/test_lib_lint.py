@@ -58,6 +58,9 @@ VARIANTS = [
     ("bf_serialize", {"WORD_W": 100, "BUS_W": 16}),
     ("bf_deserialize", {"WORD_W": 8}),
     ("bf_deserialize", {"WORD_W": 100, "BUS_W": 16}),
+    ("bf_uart_rx", {"CLKS_PER_BIT": 4}),   # one sample per bit (no majority), the smallest counter
+    ("bf_uart_rx", {"CLKS_PER_BIT": 9}),   # odd, majority of three
+    ("bf_uart_tx", {"CLKS_PER_BIT": 4}),
     ("bf_frame_engine", {"LEARNER": 1, "STATE_WORDS": 64, "RB_AW": 6, "RB_BW": 2, "STATE_BYTES": 3, "WEIGHTS_RAM": 1,
                          "W_BYTES": 2, "W_DW": 12, "W_AW": 5, "W_WORDS": 20, "IN_BYTES": 5, "LE_BYTE": 4, "LE_MASK": 1}),
     ("bf_dense_folded_ram", {"R": 1, "HAS_BIAS": 1}),

@@ -424,7 +424,8 @@ def cmd_flow(args: argparse.Namespace) -> int:
 def cmd_program(args: argparse.Namespace) -> int:
     from .flows.program import program_command, resolve_target, run_program
 
-    command = program_command(resolve_target(Path(args.bitstream), args.board), args.board, flash=args.flash)
+    bitstream = resolve_target(Path(args.bitstream), args.board, expect_sha256=args.expect_sha256)
+    command = program_command(bitstream, args.board, flash=args.flash)
     for line in command.notes:
         note(line)
     if args.dry_run:
@@ -584,18 +585,22 @@ def build_parser() -> argparse.ArgumentParser:
                                     "iceprog for the iCEBreaker when openFPGALoader cannot run. SRAM by default "
                                     "(gone at power-off); --flash writes the board's boot flash. When no tool can "
                                     "run, the message says what to install. BITSTREAM may be an OUT folder built "
-                                    "with --board (its report.json names the bitstream).",
+                                    "with --board (its report.json names the bitstream) or a bundle from "
+                                    "'bitforge deploy OUT --board B' (every member's hash is checked first).",
                         epilog=examples("""
+                            bitforge program kt.bfb --board icebreaker               # the bundle's bitstream
                             bitforge program out/kt --board icebreaker --dry-run     # print the command
                             bitforge program out/kt/impl/icebreaker/kt_device_icebreaker.bin --board icebreaker
                             bitforge program out/jet --board ulx3s --flash           # boots from it
                         """))
-    pg.add_argument("bitstream", metavar="BITSTREAM|OUT")
+    pg.add_argument("bitstream", metavar="BITSTREAM|OUT|BUNDLE")
     pg.add_argument("--board", required=True, metavar="B", help="icebreaker, ulx3s or tangnano9k")
     mode = pg.add_mutually_exclusive_group()
     mode.add_argument("--sram", action="store_true", help="load into the FPGA's configuration memory (default)")
     mode.add_argument("--flash", action="store_true", help="write the board's SPI flash, which the FPGA boots from")
     pg.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
+    pg.add_argument("--expect-sha256", metavar="HEX", help="a bundle's SHA-256 as 'bitforge deploy' printed it: "
+                                                          "refuse a bundle with any other")
     pg.set_defaults(func=cmd_program)
 
     d = sub.add_parser("demo", formatter_class=fmt, help="run the default example end to end",

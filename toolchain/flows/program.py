@@ -13,6 +13,7 @@ reader; this module takes a bitstream, or an OUT folder whose ``report.json`` na
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shlex
 import shutil
@@ -160,14 +161,45 @@ def program_bitstream(path: Path, board: str, *, flash: bool = False, dry_run: b
     return command
 
 
-def resolve_target(path: Path, board: str) -> Path:
-    """A bitstream as given, or the board's bitstream from an OUT folder."""
+def resolve_target(path: Path, board: str, *, expect_sha256: Optional[str] = None) -> Path:
+    """A bitstream as given, the board's bitstream from an OUT folder, or the one inside a bundle."""
     get_board(board)  # an unknown board is named before any file is looked at
     path = Path(path)
     if path.is_dir():
         return bitstream_from_output(path, board)
     if path.suffix == ".bfb":
-        raise BitforgeError(f"{path}: programming from a bundle is not wired up yet; pass the bitstream it was built "
-                            f"from (OUT/impl/{board}/...) or the OUT folder")
+        return bitstream_from_bundle(path, board, expect_sha256=expect_sha256)
     return path
+
+
+def bitstream_from_bundle(path: Path, board: str, *, expect_sha256: Optional[str] = None) -> Path:
+    """The bundle's bitstream, checked (every member's hash, and ``expect_sha256`` of the whole file when given)
+    and written to the user cache under its own SHA-256, since the programmer tools read a file.
+
+    A bundle built for another board, or for none (simulated board and CPU only), is refused by name."""
+    import hashlib
+
+    from bitforge.runtime.bundle import Bundle
+
+    from ..user_cache import cache_dir
+
+    bundle = Bundle.open(path, expect_sha256=expect_sha256)
+    built = bundle.manifest.board
+    if built is None:
+        raise BitforgeError(f"{path}: this bundle has no bitstream (deployed without --board: simulated board and "
+                            f"CPU only); build one with 'bitforge flow MODEL --board {board} -o OUT' and "
+                            f"'bitforge deploy OUT --board {board} -o BUNDLE.bfb'")
+    if built.board != board:
+        raise BitforgeError(f"{path}: this bundle's bitstream is for the {built.board}, not the {board}; program it "
+                            f"with --board {built.board}, or deploy a bundle built for the {board}")
+    data = bundle.bitstream
+    digest = hashlib.sha256(data).hexdigest()
+    folder = cache_dir() / "bitstreams"
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{digest}{Path(built.bitstream).suffix}"
+    if not target.is_file() or hashlib.sha256(target.read_bytes()).hexdigest() != digest:
+        staged = folder / f".{target.name}.{os.getpid()}"
+        staged.write_bytes(data)
+        os.replace(staged, target)  # atomic: a concurrent run sees the old file or the whole new one
+    return target
 

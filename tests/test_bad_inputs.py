@@ -30,14 +30,15 @@ from qonnx_builders import float_mlp
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """``kt``: kan-tracker compiled to ONNX and RTL (a folder every reading command accepts); ``pt2``: a clean
-    torch.export archive of a float MLP."""
+    """``kt``: kan-tracker compiled to ONNX and RTL (a folder every reading command accepts); ``kt.bfb``: its
+    simulated-board bundle; ``pt2``: a clean torch.export archive of a float MLP."""
     import torch
     from torch import nn
 
     root = tmp_path_factory.mktemp("built")
     assert main(["compile", "kan-tracker", "-o", str(root / "kt"), "--to", "onnx", "--to", "rtl",
                  "--vectors", "200"]) == 0
+    assert main(["deploy", str(root / "kt"), "-o", str(root / "kt.bfb")]) == 0
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2)).eval()
     torch.export.save(torch.export.export(model, (torch.randn(2, 4),)), str(root / "m.pt2"))
@@ -480,6 +481,38 @@ CASES = {
     "eval-ppl json folder": bad("eval-ppl smollm2 --json sub", "argument --json", setup=lambda t: (t / "sub").mkdir()),
     "eval-ppl missing text": bad("eval-ppl smollm2 --text gone.txt", "gone.txt"),
     "eval-ppl missing model": bad("eval-ppl gone", "gone"),
+    # -- deploy ----------------------------------------------------------------------------------------------------
+    "deploy missing folder": bad("deploy gone -o x.bfb", "gone"),
+    "deploy folder not bitforge's": bad("deploy plain -o x.bfb", "plain", setup=write("plain/a.txt", "x")),
+    "deploy unknown board": bad(f"deploy {KT} --board foo -o x.bfb", "foo", "icebreaker"),
+    "deploy board not built": bad(f"deploy {KT} --board icebreaker -o x.bfb", "icebreaker", "bitforge flow"),
+    "deploy no device": bad(f"deploy {KT} -o x.bfb", "device", setup=edit_json(MAN, drop("device"))),
+    "deploy no onnx": bad(f"deploy {KT} -o x.bfb", "model.onnx", setup=remove("kt/model.onnx")),
+    "deploy bundle inside": bad(f"deploy {KT} -o kt/x.bfb", "kt/x.bfb"),
+    "deploy output is a folder": bad(f"deploy {KT} -o sub", "sub", setup=lambda t: (t / "sub").mkdir()),
+    # -- run -------------------------------------------------------------------------------------------------------
+    "run missing bundle": bad("run gone.bfb --input x.npy -o y.npy", "gone.bfb", setup=X),
+    "run not a bundle": bad("run bad.bfb --input x.npy -o y.npy", "bad.bfb", setup=both(X, write("bad.bfb", "hi"))),
+    "run truncated bundle": bad("run kt.bfb --input x.npy -o y.npy", "kt.bfb",
+                                setup=both(X, truncate("kt.bfb"))),
+    "run missing input": bad("run kt.bfb --input gone.npy -o y.npy", "gone.npy"),
+    "run input of another width": bad("run kt.bfb --input x.npy --device cpu -o y.npy", "x.npy", "(n, 1)",
+                                      setup=npy("x.npy", np.zeros((4, 3)))),
+    "run input with nan": bad("run kt.bfb --input x.npy --device cpu -o y.npy", "x.npy",
+                              setup=npy("x.npy", np.full((4, 1), np.nan))),
+    "run missing serial port": bad("run kt.bfb --input x.npy --device /dev/ttyNOPE0 -o y.npy", "/dev/ttyNOPE0",
+                                   setup=X),
+    "run wrong digest": bad(f"run kt.bfb --input x.npy --expect-sha256 {'0' * 64} -o y.npy", "kt.bfb",
+                            setup=X),
+    "run output is a folder": bad("run kt.bfb --input x.npy --device cpu -o sub.npy", "sub.npy",
+                                  setup=both(X, lambda t: (t / "sub.npy").mkdir())),
+    # -- program ---------------------------------------------------------------------------------------------------
+    "program unknown board": bad("program x.bin --board foo", "foo", setup=write("x.bin", b"\xff" * 8)),
+    "program missing file": bad("program gone.bin --board icebreaker", "gone.bin"),
+    "program bundle without bitstream": bad("program kt.bfb --board icebreaker --dry-run", "kt.bfb",
+                                            "no bitstream"),
+    "program sram and flash": bad("program x.bin --board icebreaker --sram --flash", "--flash",
+                                  setup=write("x.bin", b"\xff" * 8)),
 }
 
 
@@ -501,6 +534,8 @@ def run(argv: list[str], capsys) -> tuple[int, str, str]:
 def prepare(case: Bad, tmp: Path, built: Path) -> list[str]:
     if "{kt}" in case.argv:
         shutil.copytree(built / "kt", tmp / "kt")
+    if "kt.bfb" in case.argv:
+        shutil.copy(built / "kt.bfb", tmp / "kt.bfb")
     shutil.copy(built / "m.pt2", tmp / "m.pt2")
     if case.setup is not None:
         case.setup(tmp)
@@ -512,7 +547,8 @@ def test_the_table_has_at_least_150_cases_over_every_command():
                                      else "") for c in CASES.values()}
     assert len(CASES) >= 150
     assert {"compile", "inspect", "emulate", "simulate", "implement", "flow", "demo", "bench emulate", "bench rtl",
-            "bench compress", "bench neuqi", "bench online", "learn", "quantize", "eval-ppl"} <= commands
+            "bench compress", "bench neuqi", "bench online", "learn", "quantize", "eval-ppl", "deploy", "run",
+            "program"} <= commands
 
 
 @pytest.mark.parametrize("name", list(CASES))

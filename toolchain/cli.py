@@ -162,7 +162,10 @@ def _verification(out: Path) -> list[str]:
 
 def cmd_deploy(args: argparse.Namespace) -> int:
     from .deploy import write_bundle
+    from .flows.boards import get_board
 
+    if args.board is not None:
+        get_board(args.board)  # an unknown board is named (with the choices) before OUT is read
     done = write_bundle(args.out, args.board, args.output)
     m = done.manifest
     where = (f"board {m.board.board} ({m.board.target}, bitstream {m.board.bitstream})" if m.board is not None else
@@ -192,12 +195,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     with bar:
         done = run_bundle(args.bundle, args.input, args.output, device=args.device, baud=args.baud,
                           expect_sha256=args.expect_sha256, codes=args.codes, timeout=args.timeout,
-                          retries=args.retries, progress=step, note=progress)
+                          retries=args.retries, targets_path=args.targets, state_path=args.state, progress=step,
+                          note=progress)
     rate = done.samples / done.seconds if done.seconds > 0 else float("inf")
     link = "" if done.retries is None else f", {done.retries} retries"
+    what = "learned (predictions before each update)" if done.learned else ("codes" if args.codes else "values")
     result(f"{done.samples:,} samples of {done.model_name} on {done.device} -> {done.output} "
-           f"({'codes' if args.codes else 'values'}, shape {done.shape}; {done.seconds:.2f} s, {rate:,.0f} samples/s"
-           f"{link})")
+           f"({what}, shape {done.shape}; {done.seconds:.2f} s, {rate:,.0f} samples/s{link})")
+    if done.state is not None:
+        result(f"state read back from the device -> {done.state}")
     return 0
 
 
@@ -395,9 +401,6 @@ def cmd_flow(args: argparse.Namespace) -> int:
     from .errors import BitforgeError
 
     if args.board:  # the board sets the part; a --target naming another part is refused
-        if args.model.startswith("learn:"):
-            raise BitforgeError("--board builds a compiled model's UART device; online learners (learn:...) have "
-                                "none yet: use --target")
         from .flows.boards import check_board_target
         args.target = check_board_target(args.board, args.target)
     elif args.baud is not None:
@@ -411,8 +414,8 @@ def cmd_flow(args: argparse.Namespace) -> int:
         sim = "both" if args.simulator == "none" else args.simulator
         from .console import note
         run_learn_flow(LearnOptions(task=task, model=kind or "kan", rtl=True, simulator=sim, seed=args.seed),
-                       args.output, args.target, result, progress, args.pnr_seed, note=note, warn=warn,
-                       force=args.force)
+                       args.output, None if args.board else args.target, result, progress, args.pnr_seed, note=note,
+                       warn=warn, force=args.force, board=args.board, baud=args.baud)  # a board: its device only
         return 0
     opts = CompileOptions(to=("onnx", "rtl"), precision=args.precision, vectors=args.vectors, seed=args.seed,
                           input_range=args.input_range, reuse=args.reuse, target=args.target, weights=args.weights)
@@ -620,7 +623,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "fixed-point formats, latency, board, clock, baud rate, resources and the "
                                     "SHA-256 of every member), the ONNX model (CPU path), the IR, the device's "
                                     "Verilog (simulated board), the report and, with --board, the bitstream. OUT is "
-                                    "what 'bitforge compile MODEL --to onnx --to rtl' or 'bitforge flow' wrote. "
+                                    "what 'bitforge compile MODEL --to onnx --to rtl' or 'bitforge flow' wrote, "
+                                    "or an online learner's 'bitforge learn ... --rtl' (its initial state goes in). "
                                     "Opening a bundle checks every hash; the bundle's own SHA-256, printed at the "
                                     "end, is what --expect-sha256 checks (the hashes inside cannot prove who wrote "
                                     "the bundle).",
@@ -630,6 +634,7 @@ def build_parser() -> argparse.ArgumentParser:
                             bitforge flow kan-tracker --board icebreaker -o out/kt
                             bitforge deploy out/kt --board icebreaker -o kt.bfb     # with the bitstream
                             bitforge inspect kt.bfb --expect-sha256 HEX             # check and show it
+                            bitforge learn t1 --rtl -o out/t1 && bitforge deploy out/t1 -o t1.bfb  # a learner
                         """))
     dp.add_argument("out", metavar="OUT")
     dp.add_argument("--board", metavar="B", help="include the bitstream built for board B by 'bitforge flow MODEL "
@@ -646,13 +651,16 @@ def build_parser() -> argparse.ArgumentParser:
                                     "quantizes and dequantizes exactly as the golden model: the results equal "
                                     "'bitforge emulate' bit for bit. The device must report the bundle's model_id "
                                     "(hello); a lost or damaged frame is sent again, a silent device ends the run "
-                                    "with an error after the retries.",
+                                    "with an error after the retries. An online learner's bundle (cpu: the golden "
+                                    "learner) learns a stream with --targets and reads its state back with --state.",
                         epilog=examples("""
                             bitforge deploy out/jet -o jet.bfb
                             bitforge run jet.bfb --input x.npy -o y.npy                       # simulated board
                             bitforge run jet.bfb --input x.npy --device cpu -o y.npy          # ONNX Runtime
                             bitforge run kt.bfb --input x.npy --device /dev/ttyUSB0 -o y.npy  # a board
                             bitforge run jet.bfb --input codes.npy --codes -o ycodes.npy      # integer codes
+                            bitforge learn t1 --rtl -o out/t1 && bitforge deploy out/t1 -o t1.bfb
+                            bitforge run t1.bfb --input x.npy --targets t.npy --state s.npz -o p.npy  # learn
                         """))
     rn.add_argument("bundle", metavar="BUNDLE.bfb")
     rn.add_argument("--input", required=True, metavar="X.npy", help="inputs, shape (n, features) or one sample")
@@ -667,6 +675,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="seconds added to each request's deadline (default: the link's own margin)")
     rn.add_argument("--retries", type=non_negative_int, default=None, metavar="N",
                     help="tries after the first for each request (default 4)")
+    rn.add_argument("--targets", metavar="T.npy", help="an online learner's bundle learns: one target row per "
+                    "input row; each sample is predicted, then learned, in order (-o gets the predictions made "
+                    "before each update, as 'bitforge learn' makes them). Without it a learner only predicts")
+    rn.add_argument("--state", metavar="S.npz", help="an online learner's bundle: write the coefficients read back "
+                    "from the device at the end (layer<L>.<array> real values, layer<L>.<array>.codes storage codes)")
     rn.set_defaults(func=cmd_run)
 
     _add_bench_commands(sub, fmt)

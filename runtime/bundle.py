@@ -1,13 +1,15 @@
-"""Deployment bundles (``.bfb``): one file with everything a host needs to run a compiled model on a board, on
-the simulated board or on the CPU, and the SHA-256 of every part of it.
+"""Deployment bundles (``.bfb``): one file with everything a host needs to run a compiled model or an online
+learner on a board, on the simulated board or on the CPU, and the SHA-256 of every part of it.
 
 A bundle is a zip archive (stdlib ``zipfile``, deflated) holding ``bundle.json``, the manifest, first, then the
 other members in sorted order, with fixed time stamps and permissions, so the same output folder always gives
 the same bytes. The members keep their paths in the output folder they came from: ``model.json`` and
 ``weights.safetensors`` (the IR), ``model.onnx`` (the CPU path), ``report.json``, ``rtl/manifest.json`` and the
 Verilog of the device wrapper (the simulated board builds it), and, for a board, its bitstream
-(``impl/<target>/...``). Only JSON, safetensors, ONNX, Verilog and bitstream bytes: nothing is unpickled,
-nothing is executed.
+(``impl/<target>/...``). An online learner's bundle holds its initial state as an IR folder (``learner/model.json``
+with the spec in its metadata, ``learner/weights.safetensors``) instead of the IR and the ONNX model, and
+``bundle.json`` describes it in a ``learner`` section (:class:`LearnerInfo`). Only JSON, safetensors, ONNX,
+Verilog and bitstream bytes: nothing is unpickled, nothing is executed.
 
 Opening (:meth:`Bundle.open`) reads the file once and checks, before anything is used:
 
@@ -215,10 +217,32 @@ class Board:
 
 
 @dataclass(frozen=True)
+class LearnerInfo:
+    """An online learner's bundle: what the host needs beyond a compiled model's words. ``x``, ``t`` and ``y`` are
+    the formats of the inputs, the targets and the predictions (the learn word is ``{learn_enable, t, x}``,
+    ``x[0]`` least significant); ``rule`` is the update rule (``lr_shift``: eta = 2**-lr_shift, ``rounding``,
+    ``lfsr_seed``, ``rand_bits``); ``state`` is where ``read_state`` finds every coefficient
+    (``runtime.state_layout.layout_json``); the initial state is the IR folder ``learner/`` (its ``model.json``
+    holds the whole spec)."""
+
+    kind: str
+    sizes: tuple[int, ...]
+    x: TensorFormat
+    t: TensorFormat
+    y: TensorFormat
+    rule: dict
+    state: dict
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "sizes": list(self.sizes), "x": self.x.to_json(), "t": self.t.to_json(),
+                "y": self.y.to_json(), "rule": self.rule, "state": self.state}
+
+
+@dataclass(frozen=True)
 class Manifest:
     """``bundle.json``. ``inputs``/``outputs`` are the model's (what the CPU path takes and gives);
     ``device`` describes the words on the wire; ``board`` is None for a bundle without a bitstream (the
-    simulated board and the CPU)."""
+    simulated board and the CPU); ``learner`` is set for an online learner's bundle."""
 
     bitforge_version: str
     protocol_version: int
@@ -229,6 +253,7 @@ class Manifest:
     outputs: tuple[TensorFormat, ...]
     device: Device
     board: Optional[Board] = None
+    learner: Optional[LearnerInfo] = None
     members: tuple[Member, ...] = ()
     format: str = FORMAT
     format_version: int = FORMAT_VERSION
@@ -242,7 +267,13 @@ class Manifest:
                 "model": {"name": self.model_name, "model_id": self.model_id, "arch_id": self.arch_id},
                 "inputs": [t.to_json() for t in self.inputs], "outputs": [t.to_json() for t in self.outputs],
                 "device": self.device.to_json(), "board": None if self.board is None else self.board.to_json(),
+                **({} if self.learner is None else {"learner": self.learner.to_json()}),
                 "members": [m.to_json() for m in self.members]}
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        """The members this kind of bundle cannot work without."""
+        return REQUIRED if self.learner is None else LEARNER_REQUIRED
 
     def referenced(self) -> list[str]:
         """The members other fields name (the device's Verilog, the bitstream, the constraints)."""
@@ -252,8 +283,11 @@ class Manifest:
         return names
 
 
-#: Members every bundle has, whatever else it holds.
+#: Members every compiled model's bundle has, whatever else it holds.
 REQUIRED = ("model.json", "weights.safetensors", "model.onnx", "report.json", "rtl/manifest.json")
+#: An online learner's: its initial state (the IR folder ``bitforge learn`` writes as ``learner/``), no ONNX model
+#: (the CPU path runs the golden learner, whose state changes with every sample).
+LEARNER_REQUIRED = ("learner/model.json", "learner/weights.safetensors", "report.json", "rtl/manifest.json")
 
 
 class _Fields:
@@ -351,6 +385,15 @@ def manifest_from_json(doc: Any, source: str) -> Manifest:
                       constraints=None if constraints is None else check_name(
                           constraints, f"{source}: {MANIFEST}: board.constraints"),
                       fmax_mhz=b.get("fmax_mhz", "number", True), resources=b.get("resources", "dict", True) or {})
+    learner = None
+    lf = top.sub("learner", optional=True)
+    if lf is not None:
+        sizes = lf.get("sizes", "list")
+        if len(sizes) < 2 or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in sizes):
+            raise lf.fail("sizes", "a list of at least two positive integers")
+        learner = LearnerInfo(kind=lf.get("kind", "str"), sizes=tuple(sizes), x=_tensor(lf.sub("x")),
+                              t=_tensor(lf.sub("t")), y=_tensor(lf.sub("y")), rule=lf.get("rule", "dict"),
+                              state=lf.get("state", "dict"))
     members = []
     for i, m in enumerate(top.get("members", "list")):
         mf = _Fields(m, f"members[{i}]", source)
@@ -363,7 +406,7 @@ def manifest_from_json(doc: Any, source: str) -> Manifest:
                     protocol_version=top.get("protocol_version", "count"), model_name=model.get("name", "str"),
                     model_id=model.get("model_id", "hex"), arch_id=model.get("arch_id", "hex"),
                     inputs=_tensors(top, "inputs"), outputs=_tensors(top, "outputs"), device=device, board=board,
-                    members=tuple(members))
+                    learner=learner, members=tuple(members))
 
 
 def _check_members(manifest: Manifest, source: str) -> None:
@@ -383,10 +426,11 @@ def _check_members(manifest: Manifest, source: str) -> None:
     if clash:
         raise BundleError(f"{source}: member {clash[0]!r} is both a file and a folder")
     listed = {m.path for m in manifest.members}
-    for name in (*REQUIRED, *manifest.referenced()):
+    for name in (*manifest.required, *manifest.referenced()):
         if name not in listed:
-            raise BundleError(f"{source}: {MANIFEST} does not list the member {name!r}, which every bundle needs"
-                              if name in REQUIRED else
+            kind = "bundle" if manifest.learner is None else "learner's bundle"
+            raise BundleError(f"{source}: {MANIFEST} does not list the member {name!r}, which every {kind} needs"
+                              if name in manifest.required else
                               f"{source}: {MANIFEST} names {name!r} (device or board) but does not list it as a "
                               "member")
 

@@ -22,7 +22,7 @@ from typing import Any, Optional, Union
 from bitforge.toolchain import identity, ir
 from bitforge.toolchain.errors import BitforgeError
 from bitforge.toolchain.fixed import FixedType
-from bitforge.toolchain.learn.spec import METADATA_KEY, Learner, LearnerSpec, find_learner, load_learner
+from bitforge.toolchain.learn.spec import Learner, find_learner, learner_from_graph, load_learner
 
 PathLike = Union[str, os.PathLike]
 
@@ -118,19 +118,21 @@ def from_graph(g: ir.Graph, *, source: str = "", **timing) -> DeployedModel:
 
 
 def from_learner(learner: Learner, *, source: str = "", **timing) -> DeployedModel:
-    """An online learner: ids from its stored graph (storage codes), as ``bitforge deploy`` stamps them; words
+    """An online learner: ids from its spec and stored state (``identity.learner_model_id``/``learner_arch_id``,
+    which cover the update rule and formats), as the device wrapper and ``bitforge deploy`` stamp them; words
     from its formats (``{learn_enable, t, x}`` in, predictions out)."""
     f = learner.formats
     d_in, d_out = learner.spec.sizes[0], learner.spec.sizes[-1]
-    return DeployedModel(learner.graph.name, identity.model_id(learner.graph), identity.arch_id(learner.graph),
+    return DeployedModel(learner.graph.name, identity.learner_model_id(learner), identity.learner_arch_id(learner),
                          learner.inference_graph(float_input=True), f.input, f.datapath, (d_in,), (d_out,),
                          learner=learner, source=source or learner.graph.name, **timing)
 
 
 def from_folder(path: PathLike) -> DeployedModel:
-    """A ``bitforge compile``/``learn`` output folder (or an IR folder)."""
+    """A ``bitforge compile``/``learn`` output folder (or an IR folder). Of a ``bitforge learn`` output, the
+    initial state (``learner/``): the one its device starts from (``final/`` is where the golden run ended)."""
     path = Path(path)
-    learner_dir = find_learner(path)
+    learner_dir = path / "learner" if find_learner(path / "learner") is not None else find_learner(path)
     if learner_dir is not None:
         return from_learner(load_learner(learner_dir), source=str(path))
     g = ir.load(path)
@@ -160,18 +162,20 @@ def _timing_from_rtl_manifest(doc: dict) -> dict:
 
 
 def from_bundle(bundle) -> DeployedModel:
-    """An opened :class:`bitforge.runtime.bundle.Bundle`: its IR, ids (checked against the IR: a bundle whose
-    manifest names another model than its files hold is refused), word formats, timing and board link."""
+    """An opened :class:`bitforge.runtime.bundle.Bundle`: its IR (a learner's initial state), ids (checked against
+    the IR: a bundle whose manifest names another model than its files hold is refused), word formats, a
+    learner's state layout (checked against the learner's own), timing and board link."""
     from safetensors.numpy import load as load_safetensors
 
     src = str(bundle.path)
     man = bundle.manifest
+    folder = "" if man.learner is None else "learner/"
     try:
-        doc = json.loads(bundle.read("model.json").decode("utf-8"))
-        arrays = load_safetensors(bundle.read("weights.safetensors"))
+        doc = json.loads(bundle.read(f"{folder}model.json").decode("utf-8"))
+        arrays = load_safetensors(bundle.read(f"{folder}weights.safetensors"))
     except (ValueError, UnicodeDecodeError) as e:
-        raise ModelSourceError(f"{src}: model.json or weights.safetensors cannot be read ({e})") from None
-    meta = doc.get("metadata") if isinstance(doc, dict) else None
+        raise ModelSourceError(f"{src}: {folder}model.json or {folder}weights.safetensors cannot be read ({e})") \
+            from None
     rtl = bundle.read_json("rtl/manifest.json")
     timing = _timing_from_rtl_manifest(rtl)
     timing.update(latency_cycles=man.device.latency_cycles, ii=man.device.ii)
@@ -179,11 +183,9 @@ def from_bundle(bundle) -> DeployedModel:
         timing["weights"] = man.device.weights
     if man.board is not None:
         timing.update(clock_hz=man.board.clock_hz, baud=man.board.baud, clks_per_bit=man.board.clks_per_bit)
-    if isinstance(meta, dict) and METADATA_KEY in meta:
-        spec_doc = {k: v for k, v in meta[METADATA_KEY].items() if k != "version"}
-        g = ir.from_json({**doc, "metadata": {k: v for k, v in meta.items() if k != METADATA_KEY}}, arrays,
-                         f"{src}: model.json")
-        learner = Learner(g, LearnerSpec.from_json(spec_doc))
+    if man.learner is not None:
+        learner = learner_from_graph(ir.from_json(doc, arrays, f"{src}: {folder}model.json"), f"{src}: {folder}")
+        _check_learner_info(learner, man.learner, src)
         model = from_learner(learner, source=src, **timing)
     else:
         g = ir.from_json(doc, arrays, f"{src}: model.json")
@@ -195,6 +197,20 @@ def from_bundle(bundle) -> DeployedModel:
     return DeployedModel(model.name, model.model_id, model.arch_id, model.graph, model.in_type, model.out_type,
                          model.in_shape, model.out_shape, model.learner, model.latency_cycles, model.ii,
                          model.clock_hz, model.baud, model.clks_per_bit, model.weights, model.rtl_device, bundle, src)
+
+
+def _check_learner_info(learner: Learner, info, src: str) -> None:
+    """The manifest's learner section must be what the learner it carries gives: formats, rule and state layout
+    (a client without bitforge reads them from there, bitforge's host from the learner itself)."""
+    from .learner_manifest import learner_info
+
+    want = learner_info(learner, info.state.get("word_bits", 0), info.state.get("words", 0)).to_json()
+    got = info.to_json()
+    for key in want:
+        if got.get(key) != want[key]:
+            raise ModelSourceError(f"{src}: bundle.json's learner.{key} is not what its learner/model.json describes "
+                                   f"({json.dumps(got.get(key))[:80]} vs {json.dumps(want[key])[:80]}); the bundle "
+                                   "was assembled by hand: deploy it again")
 
 
 def load(source: Any, *, expect_sha256: Optional[str] = None) -> DeployedModel:

@@ -65,3 +65,42 @@ def state_from_words(learner: Learner, words: dict[int, int]) -> list[dict[str, 
     for a, (layer, kind, idx) in enumerate(parameter_order(learner)):
         state[layer]["weight" if kind == "w" else "bias"][idx] = unpack_word(words[a], 1, st.width, True)[0]
     return state
+
+
+def layout_json(learner: Learner, word_bits: int, words: int) -> dict:
+    """The read-back layout as a bundle records it, for clients that do not run bitforge: ``word_bits`` and
+    ``words`` (the device's state word and address space, as ``hello`` reports them), the ``storage`` format of
+    every code, and per layer and array its ``shape`` and where each element lies: in the word at
+    ``first + sum(strides[k] * index[k])``, at bits ``index[packed] * storage width`` and up when ``packed`` names
+    an axis (a KAN word holds every output of one coefficient: axis 0), at bit 0 otherwise. Built from the same
+    address functions :func:`state_from_words` reads with, and checked against them element by element."""
+    st = learner.formats.storage
+    storage = {"type": st.to_short(), "width": st.width, "integer": st.integer, "signed": st.signed}
+    arrays = []
+    if learner.spec.kind == "kan":
+        from bitforge.toolchain.backends.rtl.learner_kan import coefficient_address
+        for layer, n in enumerate(learner.layers()):
+            first = coefficient_address(learner, 0, 0, layer)
+            strides = [0, (coefficient_address(learner, 1, 0, layer) - first) if n.in_features > 1 else 0,
+                       (coefficient_address(learner, 0, 1, layer) - first) if n.grid_size + n.order > 1 else 0]
+            arrays.append({"layer": layer, "array": "coeffs",
+                           "shape": [n.out_features, n.in_features, n.grid_size + n.order], "first": first,
+                           "strides": strides, "packed": 0})
+        for address, layer, i, p in _kan_addresses(learner):
+            a = arrays[layer]
+            assert address == a["first"] + i * a["strides"][1] + p * a["strides"][2], (layer, i, p)
+    else:
+        from bitforge.toolchain.backends.rtl.learner_mlp import parameter_order
+        order = parameter_order(learner)
+        for layer, n in enumerate(learner.layers()):
+            w = order.index((layer, "w", (0, 0)))
+            b = order.index((layer, "b", (0,)))
+            arrays.append({"layer": layer, "array": "weight", "shape": [n.out_features, n.in_features], "first": w,
+                           "strides": [n.in_features, 1], "packed": None})
+            arrays.append({"layer": layer, "array": "bias", "shape": [n.out_features], "first": b, "strides": [1],
+                           "packed": None})
+        by_key = {(a["layer"], a["array"][0]): a for a in arrays}
+        for address, (layer, kind, idx) in enumerate(order):
+            a = by_key[(layer, kind)]
+            assert address == a["first"] + sum(s * k for s, k in zip(a["strides"], idx)), (layer, kind, idx)
+    return {"word_bits": int(word_bits), "words": int(words), "storage": storage, "arrays": arrays}

@@ -246,10 +246,10 @@ def test_an_incomplete_output_folder_is_refused(compiled, tmp_path, change, word
     assert not (tmp_path / "x.bfb").exists()
 
 
-def test_an_online_learner_is_refused(tmp_path):
+def test_an_online_learner_without_its_device_is_refused(tmp_path):
     out = tmp_path / "learner"
     assert main(["learn", "t1", "--samples", "300", "-o", str(out)]) == 0
-    with pytest.raises(DeployError, match="an online learner's output"):
+    with pytest.raises(DeployError, match="run without --rtl, so there is no device to deploy"):
         write_bundle(out, None, tmp_path / "x.bfb")
     assert not (tmp_path / "x.bfb").exists()
 

@@ -1,10 +1,14 @@
 """``bitforge deploy``: a compiled output folder to one bundle file (``bitforge.runtime.bundle``).
 
-The folder is what ``bitforge compile MODEL --to onnx --to rtl -o OUT`` or ``bitforge flow`` wrote. Without a
-board the bundle serves the simulated board and the CPU (no bitstream); with one, the bitstream that ``bitforge
-flow MODEL --board B -o OUT`` recorded in ``report.json`` under ``boards.<B>`` goes in too. Only files bitforge
-names (the IR, the ONNX model, the reports, the Verilog listed in ``rtl/manifest.json``, the board's bitstream
+The folder is what ``bitforge compile MODEL --to onnx --to rtl -o OUT`` or ``bitforge flow`` wrote, or an online
+learner's ``bitforge learn ... --rtl -o OUT`` / ``bitforge flow learn:TASK``. Without a board the bundle serves
+the simulated board and the CPU (no bitstream); with one, the bitstream that ``bitforge flow MODEL --board B -o
+OUT`` recorded in ``report.json`` under ``boards.<B>`` goes in too. Only files bitforge names (the IR, the ONNX
+model, a learner's initial state, the reports, the Verilog listed in ``rtl/manifest.json``, the board's bitstream
 and constraints) are taken, each a regular file inside OUT: a link out of the folder is refused, not followed.
+
+A learner's bundle carries the state the device starts from (``OUT/learner/``: the bitstream holds those
+coefficients), not the one the golden run ended with (``OUT/final/``).
 """
 from __future__ import annotations
 
@@ -15,7 +19,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from ..runtime.bundle import REQUIRED, Board, Device, Manifest, TensorFormat, name_problem, pack
+from ..runtime.bundle import LEARNER_REQUIRED, REQUIRED, Board, Device, Manifest, TensorFormat, name_problem, pack
+from ..runtime.learner_manifest import fixed_format, learner_info, learner_words
 from ..runtime.protocol import PROTOCOL_VERSION
 from . import identity, ir
 from .errors import BitforgeError
@@ -42,11 +47,7 @@ class Deployed:
 
 
 def tensor_format(spec: ir.TensorSpec) -> TensorFormat:
-    t = spec.dtype
-    if t is None:
-        return TensorFormat(spec.name, tuple(spec.shape), spec.type_str())
-    return TensorFormat(spec.name, tuple(spec.shape), spec.type_str(), width=t.width, integer=t.integer,
-                        signed=t.signed, rounding=t.rounding.value, overflow=t.overflow.value)
+    return fixed_format(spec.name, tuple(spec.shape), spec.dtype)
 
 
 def _bitforge_version() -> str:
@@ -98,7 +99,9 @@ def _protocol_version(man: dict, where: Path, redo: str) -> int:
     return version
 
 
-def _device(out: Path, man: dict, g: ir.Graph, redo: str) -> Device:
+def _device(out: Path, man: dict, g: Optional[ir.Graph], redo: str, learner=None) -> Device:
+    """The bundle's ``device`` section from ``rtl/manifest.json``: a compiled model's (``g``) stream words are
+    the core's first and last tensors, a learner's its input and prediction formats (``x`` and ``y``)."""
     where = out / "rtl" / "manifest.json"
     section = man.get("device")
     if not isinstance(section, dict):
@@ -109,14 +112,17 @@ def _device(out: Path, man: dict, g: ir.Graph, redo: str) -> Device:
         raise DeployError(f"{where}: device.top should be a module name and device.files a list of Verilog files; "
                           f"{redo}")
     tensors = []
-    for key in ("input_tensor", "output_tensor"):
+    if learner is not None:
+        x, _, y = learner_words(learner)
+        tensors = [x, y]
+    for key in () if learner is not None else ("input_tensor", "output_tensor"):
         name = man.get(key)
         if not isinstance(name, str) or name not in g.tensors:
             raise DeployError(f"{where}: {key} {name!r} is not a tensor of {out / 'model.json'}; {redo}")
         tensors.append(tensor_format(g.tensors[name]))
     numbers = {}
     for key in ("bus_width", "latency_cycles", "ii"):
-        value = man.get(key)
+        value = man.get(key, 8 if key == "bus_width" and learner is not None else None)  # learners: 8-bit tops
         if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "latency_cycles" else 1):
             raise DeployError(f"{where}: {key} should be a {'non-negative' if key == 'latency_cycles' else 'positive'}"
                               f" integer, found {value!r}; {redo}")
@@ -126,7 +132,7 @@ def _device(out: Path, man: dict, g: ir.Graph, redo: str) -> Device:
     if not isinstance(hello, dict) or not (weights is None or isinstance(weights, dict)):
         raise DeployError(f"{where}: device.hello and weights should be JSON objects; {redo}")
     built_for = (weights or {}).get("arch_id")
-    if built_for is not None and built_for != identity.arch_id(g):
+    if learner is None and built_for is not None and built_for != identity.arch_id(g):
         raise DeployError(f"{where}: the Verilog was generated for architecture {built_for}, but "
                           f"{out / 'model.json'} has {identity.arch_id(g)}: the folder mixes two compiles; {redo}")
     return Device(top=top, files=tuple(files), input=tensors[0], output=tensors[1], hello=hello, weights=weights,
@@ -137,8 +143,8 @@ def _device(out: Path, man: dict, g: ir.Graph, redo: str) -> Device:
 _BOARD_NUMBERS = {"clock_hz": float, "baud": float, "clks_per_bit": int}
 
 
-def _board(out: Path, report: dict, board: str, folder: _Folder) -> Board:
-    flow = f"bitforge flow {_model_hint(report)} --board {board} -o {out}"
+def _board(out: Path, report: dict, board: str, folder: _Folder, flow: Optional[str] = None) -> Board:
+    flow = flow or f"bitforge flow {_model_hint(report)} --board {board} -o {out}"
     boards = report.get("boards")
     built = sorted(boards) if isinstance(boards, dict) else []
     entry = boards.get(board) if isinstance(boards, dict) else None
@@ -188,9 +194,8 @@ def collect(out: PathLike, board: Optional[str] = None) -> tuple[Manifest, dict[
                           "MODEL --to onnx --to rtl -o OUT' or 'bitforge flow' wrote")
     from .learn.spec import find_learner
 
-    if find_learner(out) is not None:
-        raise DeployError(f"{out}: an online learner's output ('bitforge learn'); deploy bundles compiled models "
-                          "('bitforge compile MODEL --to onnx --to rtl' or 'bitforge flow'), not learners yet")
+    if (out / "learner").is_dir() or find_learner(out) is not None:
+        return _collect_learner(out, board)
     report = read_report(out)
     redo = f"compile it again with this bitforge: bitforge compile {_model_hint(report)} --to onnx --to rtl -o {out}"
     for name, why in (("model.json", "the IR"), ("model.onnx", "the CPU path's ONNX model (--to onnx)"),
@@ -214,6 +219,64 @@ def collect(out: PathLike, board: Optional[str] = None) -> tuple[Manifest, dict[
                         inputs=tuple(tensor_format(g.tensors[n]) for n in g.inputs),
                         outputs=tuple(tensor_format(g.tensors[n]) for n in g.outputs), device=device,
                         board=None if board is None else _board(out, report, board, folder))
+    return manifest, folder.files
+
+
+def _collect_learner(out: Path, board: Optional[str]) -> tuple[Manifest, dict[str, bytes]]:
+    """An online learner's output folder (``bitforge learn --rtl`` or ``bitforge flow learn:TASK``): its initial
+    state (``learner/``), its device's Verilog, the report and, with ``board``, the bitstream."""
+    from .learn.spec import find_learner, load_learner
+
+    state = out / "learner"
+    if not (state / "model.json").is_file():
+        found = find_learner(out)
+        raise DeployError(f"{out}: an online learner's IR folder, not the output folder of 'bitforge learn' (no "
+                          f"{state / 'model.json'}, the initial state the device starts from); deploy the folder "
+                          "that 'bitforge learn TASK --rtl -o OUT' wrote" if found is not None else
+                          f"{state / 'model.json'} is missing (the learner's initial state); run 'bitforge learn "
+                          f"TASK --rtl -o {out}' again")
+    try:
+        learner = load_learner(state)
+    except BitforgeError as e:
+        raise DeployError(f"{state}: not a readable learner ({e}); run 'bitforge learn TASK --rtl -o {out}' again") \
+            from None
+    spec = learner.spec
+    redo = (f"run 'bitforge learn ... --rtl -o {out}' again with this bitforge (learn --rtl writes the device; "
+            f"{spec.kind} {list(spec.sizes)}, lr_shift {spec.rule.lr_shift})")
+    where = out / "rtl" / "manifest.json"
+    if not where.is_file():
+        raise DeployError(f"{where} is missing: the learner was run without --rtl, so there is no device to "
+                          f"deploy; {redo}")
+    if not (out / "report.json").is_file():
+        raise DeployError(f"{out / 'report.json'} is missing; {redo}")
+    report = read_report(out)
+    man = read_json_object(where, DeployError, redo)
+    device = _device(out, man, None, redo, learner)
+    hello = device.hello
+    mid, aid = identity.learner_model_id(learner), identity.learner_arch_id(learner)
+    if (hello.get("arch_id"), hello.get("model_id")) != (aid[:32], mid[:32]):
+        raise DeployError(f"{where}: the device's hello carries arch_id {hello.get('arch_id')} and model_id "
+                          f"{hello.get('model_id')}, but {state} is arch_id {aid[:32]} and model_id {mid[:32]} (its "
+                          "update rule, formats and initial state): the Verilog was generated for another learner "
+                          f"or by an older bitforge; {redo}")
+    words = (hello.get("state_word_bits"), hello.get("state_words"))
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in words):
+        raise DeployError(f"{where}: device.hello.state_word_bits and state_words should be positive integers (a "
+                          f"learner reads its state back), found {words[0]!r} and {words[1]!r}; {redo}")
+    folder = _Folder(out)
+    for rel in LEARNER_REQUIRED:
+        folder.add(rel, "bitforge deploy", redo)
+    rtl_files = man.get("files")
+    if not isinstance(rtl_files, list):
+        raise DeployError(f"{where}: 'files' should be a list of paths; {redo}")
+    for rel in sorted(set(rtl_files) | set(device.files), key=str):
+        folder.add(rel, str(where), redo)
+    info = learner_info(learner, *words)
+    manifest = Manifest(bitforge_version=_bitforge_version(), protocol_version=_protocol_version(man, where, redo),
+                        model_name=learner.graph.name, model_id=mid, arch_id=aid, inputs=(info.x,),
+                        outputs=(info.y,), device=device, learner=info,
+                        board=None if board is None else _board(
+                            out, report, board, folder, f"bitforge learn ... --board {board} -o {out}"))
     return manifest, folder.files
 
 

@@ -12,12 +12,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .ir import Graph, to_json
 
-__all__ = ["arch_id", "model_id", "architecture"]
+if TYPE_CHECKING:  # the learner package is not needed to hash a compiled model
+    from .learn.spec import Learner
+
+__all__ = ["arch_id", "model_id", "architecture", "learner_architecture", "learner_arch_id", "learner_model_id"]
+
+#: Spec fields that only say how the initial state was drawn: its codes (in model_id) are what the device holds.
+_INITIAL_STATE_ONLY = ("seed", "init", "init_scale")
 
 
 def architecture(g: Graph) -> dict:
@@ -49,10 +56,35 @@ def arch_id(g: Graph) -> str:
 def model_id(g: Graph) -> str:
     """SHA-256 (hex) of the architecture and every parameter array's codes (little-endian int64, C order)."""
     h = hashlib.sha256(_canonical(architecture(g)))
+    _update_values(h, g)
+    return h.hexdigest()
+
+
+def _update_values(h, g: Graph) -> None:
     for n in g.nodes:
         for k, a in sorted(n.array_fields().items()):
             h.update(f"{n.name}.{k}\0".encode())
             h.update(_value_bytes(a))
+
+
+def learner_architecture(learner: "Learner") -> dict:
+    """A learner's architecture: its graph's (layers, sizes, storage and datapath types, grid) and every field of
+    its spec that decides the hardware or the trajectory (kind, sizes, grid, basis, all six formats, the whole
+    update rule), but not how the initial values were drawn (seed, init), which only their codes record."""
+    spec = {k: v for k, v in learner.spec.to_json().items() if k not in _INITIAL_STATE_ONLY}
+    return {"graph": architecture(learner.graph), "learner": spec}
+
+
+def learner_arch_id(learner: "Learner") -> str:
+    """SHA-256 (hex) of :func:`learner_architecture`."""
+    return hashlib.sha256(_canonical(learner_architecture(learner))).hexdigest()
+
+
+def learner_model_id(learner: "Learner") -> str:
+    """SHA-256 (hex) of the learner's architecture and its state's storage codes: the model a device built from
+    this learner starts with (and reports in ``hello`` however far it has learned since)."""
+    h = hashlib.sha256(_canonical(learner_architecture(learner)))
+    _update_values(h, learner.graph)
     return h.hexdigest()
 
 

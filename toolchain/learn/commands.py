@@ -119,15 +119,16 @@ def _learner_warnings(show: Progress) -> Iterator[None]:
 
 def run_learn_flow(opts: LearnOptions, out: Path, target: Optional[str], printer: Callable[[str], None],
                    progress: Progress, pnr_seed: int = 1, note: Optional[Progress] = None,
-                   warn: Optional[Progress] = None, force: bool = False) -> dict:
-    """``bitforge learn`` (and ``bitforge flow learn:TASK``): golden, RTL trajectory, then ``implement``; prints
-    the summary with ``printer``; returns ``metrics.json``'s content."""
+                   warn: Optional[Progress] = None, force: bool = False, board: Optional[str] = None,
+                   baud: Optional[int] = None) -> dict:
+    """``bitforge learn`` (and ``bitforge flow learn:TASK``): golden, RTL trajectory, then ``implement`` and/or the
+    board's UART device; prints the summary with ``printer``; returns ``metrics.json``'s content."""
     note = note or progress
     with _learner_warnings(warn or (lambda m: progress(f"warning: {m}"))):
         spec, task = resolve(opts, note)
         r = learn(spec, task, out, rtl=opts.rtl, target=target, simulator=opts.simulator, basis=opts.basis,
                   mlp_lanes=opts.mlp_lanes, pnr_seed=pnr_seed, progress=progress, force=force,
-                  inputs=tuple(p for p in (opts.data or "").split(",") if p))
+                  inputs=tuple(p for p in (opts.data or "").split(",") if p), board=board, baud=baud)
     m = r.metrics
     fx, fl = m["fixed"], m["float"]
     printer(f"{m['task']} {m['model']} {list(spec.sizes)}: {m['samples']:,} samples; mean MSE fixed "
@@ -143,8 +144,14 @@ def run_learn_flow(opts: LearnOptions, out: Path, target: Optional[str], printer
         printer(f"{target}: {t.get('lut')} LUT, {t.get('ff')} FF, {t.get('dsp')} DSP, {t.get('bram')} BRAM, "
                 f"Fmax {t.get('fmax_mhz')} MHz, latency {t.get('latency_cycles')} cycles = {t.get('latency_ns')} ns, "
                 f"II {t.get('ii')}")
+    if r.board is not None:
+        b, res = r.board, r.board.get("resources") or {}
+        printer(f"{b['board']} ({b['target']}): the learner's UART device: {res.get('lut')} LUT, {res.get('ff')} FF, "
+                f"{res.get('dsp')} DSP, {res.get('bram')} BRAM, Fmax {b.get('fmax_mhz')} MHz at a "
+                f"{b['core_clock_hz'] / 1e6:g} MHz core clock, {b['baud']:g} baud; bitstream {b['bitstream']}")
     printer(f"wrote {out}/ (metrics.json, learn.png, report.md; predict with: bitforge emulate {out} --input X.npy "
-            "-o Y.npy)")
+            "-o Y.npy" + ("; deploy with: bitforge deploy " + (f"{out} --board {board}" if board else str(out)) +
+                          " -o learner.bfb" if "rtl" in m else "") + ")")
     return m
 
 
@@ -185,7 +192,8 @@ def _learning_rate(text: str) -> float:
 def options_from_args(args) -> LearnOptions:
     return LearnOptions(task=args.task, model=args.model, datapath=args.datapath, guard_bits=args.guard_bits,
                         lr_shift=args.lr_shift, rounding=args.rounding, grid_size=args.grid_size, order=args.order,
-                        samples=args.samples, seed=args.seed, rtl=args.rtl or bool(args.target),
+                        samples=args.samples, seed=args.seed,
+                        rtl=args.rtl or bool(args.target) or bool(args.board),
                         simulator=args.simulator, basis=args.basis, mlp_lanes=args.mlp_lanes, data=args.data,
                         layers=args.layers, grid_range=args.grid_range, lr=args.lr, input_type=args.input_type)
 
@@ -207,6 +215,8 @@ def add_commands(sub, fmt) -> None:
             bitforge learn t1 -o out/t1                        # KAN [1,1], G=5, k=3, <16,6>
             bitforge learn t1 --datapath 'fixed<8,4>' --rounding stochastic -o out/t1-8
             bitforge learn t1 --target ecp5-85f -o out/t1-hw   # golden + RTL + place and route
+            bitforge learn t1 --order 2 --datapath 'fixed<12,4>' --board icebreaker -o out/t1-ib  # UART device
+            bitforge deploy out/t1-ib --board icebreaker -o t1.bfb   # then: bitforge run t1.bfb --targets ...
             bitforge learn t4 --model mlp -o out/t4-mlp
             python -c "import numpy as np; x = np.random.uniform(-1, 1, (2000, 4)); \\
                 np.savez('stream.npz', X=x, Y=np.sin(3 * x[:, :1]) * x[:, 1:2])"
@@ -253,6 +263,11 @@ def add_commands(sub, fmt) -> None:
     p.add_argument("--target", default=None, metavar="T", help="also implement on T (implies --rtl): ice40-up5k, "
                    "ecp5-25f, ecp5-85f, gowin-gw1nr9, xc7a35t, xcvu9p")
     p.add_argument("--pnr-seed", type=seed, default=1, help="place-and-route seed (default 1)")
+    p.add_argument("--board", metavar="B", default=None, help="also build the learner's UART device for a board "
+                   "(implies --rtl): icebreaker, ulx3s or tangnano9k; the bitstream lands in OUT/impl/B/ and "
+                   "'bitforge deploy OUT --board B' bundles it (see docs/boards.md)")
+    p.add_argument("--baud", type=positive_int, default=None, metavar="N",
+                   help="with --board: the UART's baud rate (default 115200)")
 
     def cmd(args: argparse.Namespace) -> int:
         from ..console import note, progress, result, warn
@@ -260,8 +275,10 @@ def add_commands(sub, fmt) -> None:
         if (args.task is None) == (args.data is None):
             raise BitforgeError("bitforge learn needs a task (t1, t2, t4) or --data FILE, not "
                                 + ("both" if args.task else "neither") + "; see bitforge learn --help")
+        if args.baud is not None and args.board is None:
+            raise BitforgeError("--baud sets the UART of a board build; add --board B (or drop --baud)")
         run_learn_flow(options_from_args(args), args.output, args.target, result, progress, args.pnr_seed,
-                       note=note, warn=warn, force=args.force)
+                       note=note, warn=warn, force=args.force, board=args.board, baud=args.baud)
         return 0
 
     p.set_defaults(func=cmd)

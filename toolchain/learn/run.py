@@ -19,7 +19,9 @@ X.npy`` predicts with it), ``metrics.json``, ``learn.png`` (prediction vs target
 ``report.md``, ``report.json`` with ``accuracy`` (the benchmark's JSON rows, fixed point and float); with ``rtl``
 also ``rtl/`` (the generated core and board top, ``manifest.json``: ``bitforge implement OUT --target T`` builds
 it) and ``report.json`` ``verification.golden_vs_rtl`` (the trajectory on Icarus/Verilator, bit for bit); with
-``target`` the implementation and ``report.json`` ``hardware`` (the benchmark's hardware row).
+``target`` the implementation and ``report.json`` ``hardware`` (the benchmark's hardware row); with ``board`` the
+learner's UART device on that board (``flows.board_flow``: ``impl/<board>/`` and ``report.json`` ``boards.<board>``),
+which ``bitforge deploy OUT --board B`` bundles.
 """
 from __future__ import annotations
 
@@ -48,11 +50,13 @@ BASES = ("auto", "rom", "circuit")
 
 @dataclass(frozen=True)
 class LearnResult:
-    """What :func:`learn` wrote: the folder, ``metrics.json``'s content, and ``implement``'s report with a target."""
+    """What :func:`learn` wrote: the folder, ``metrics.json``'s content, ``implement``'s report with a target and
+    the board flow's entry with a board."""
 
     out: Path
     metrics: dict
     target: Optional[dict] = None
+    board: Optional[dict] = None  # report.json boards.<board> of a board build
 
 
 def learner_pnr_options() -> tuple[str, ...]:
@@ -125,31 +129,44 @@ def check_run_options(spec: LearnerSpec, task, *, target: Optional[str] = None, 
 def learn(spec: LearnerSpec, task, out, *, rtl: bool = False, target: Optional[str] = None,
           simulator: str = "both", basis: str = "auto", mlp_lanes: Optional[int] = None, pnr_seed: int = 1,
           name: Optional[str] = None, progress: Progress = lambda m: None, force: bool = False,
-          inputs: Sequence[str] = ()) -> LearnResult:
+          inputs: Sequence[str] = (), board: Optional[str] = None, baud: Optional[int] = None) -> LearnResult:
     """Run ``spec`` prequentially on ``task`` (a built-in task or a loaded stream) and write ``out``.
 
     The fixed-point learner is the golden model; the float reference runs on the same stream from the same
     initial numbers. ``rtl`` (implied by ``target``) generates the learner core and replays the trajectory on
     ``simulator``; ``target`` then implements it (yosys + nextpnr). An MLP that does not fit the target's DSP
     blocks fully parallel is time-multiplexed unless ``mlp_lanes`` says otherwise. Values outside the input or
-    datapath format saturate; a :class:`LearnerWarning` gives their count (also in ``metrics.json``).
+    datapath format saturate; a :class:`LearnerWarning` gives their count (also in ``metrics.json``). ``board``
+    (implies ``rtl``) builds the learner's UART device for that board at ``baud``; the bare core, whose wide
+    stream bus no board wires up, is implemented only when ``target`` is given too.
 
     ``out`` is written through :func:`..outputs.output_folder` (``force``, ``inputs``: the stream's files): the
     previous ``out`` stays until everything, the implementation included, is done; a failed implementation
     (does not fit, a tool failed) still puts the verified learner in place before its error is raised.
     """
     check_run_options(spec, task, target=target, simulator=simulator, basis=basis, mlp_lanes=mlp_lanes)
+    if board is not None:  # a wrong board or a baud rate its clock cannot make fails before the golden run
+        from ..flows.boards import get_board
+        from ..flows.clocking import DEFAULT_BAUD, uart_timing
+
+        baud = DEFAULT_BAUD if baud is None else baud
+        uart_timing(get_board(board).clock_hz, baud)
     real = check_output(out, force=force, inputs=inputs)  # before any long work
     name = name or f"{task.name}-{spec.kind}"
     learner = build_learner(spec, name=name)
-    rtl = rtl or target is not None
-    if target and spec.kind == "mlp" and mlp_lanes is None:
+    rtl = rtl or target is not None or board is not None
+    part = target
+    if board is not None and part is None:
+        from ..flows.boards import get_board
+
+        part = get_board(board).target
+    if part and spec.kind == "mlp" and mlp_lanes is None:
         from ..backends.rtl.learner_mlp import choose_lanes
         from ..flows.targets import get_target
 
-        mlp_lanes = choose_lanes(learner, get_target(target).budget.dsp)
+        mlp_lanes = choose_lanes(learner, get_target(part).budget.dsp)
         if mlp_lanes is not None:
-            progress(f"the fully parallel MLP does not fit {target}'s DSP blocks: time-multiplexed, {mlp_lanes} lanes")
+            progress(f"the fully parallel MLP does not fit {part}'s DSP blocks: time-multiplexed, {mlp_lanes} lanes")
     f = spec.formats
     saturated = {"inputs": int(out_of_range(task.x, f.input).sum()),
                  "targets": int(out_of_range(task.target, f.datapath).sum())}
@@ -176,7 +193,7 @@ def learn(spec: LearnerSpec, task, out, *, rtl: bool = False, target: Optional[s
                             accuracy_row(task.name, spec.kind, "float", learner.n_params, float_m)]}
 
     out = Path(out)
-    impl = impl_error = None
+    impl = impl_error = board_entry = None
     with output_folder(out, kind="learn", force=force, inputs=inputs) as tmp:
         save_learner(learner, tmp / "learner")
         save_learner(learner.with_state(traj.final), tmp / "final")
@@ -203,9 +220,16 @@ def learn(spec: LearnerSpec, task, out, *, rtl: bool = False, target: Optional[s
                 update_report(tmp, lambda report: report.update(hardware=[row]))
                 metrics["hardware"] = row
                 (tmp / "report.md").write_text(_report_md(metrics))
+        if board is not None and impl_error is None:
+            from ..flows.board_flow import implement_board
+
+            try:  # a failure is recorded in report.json boards.<board> by the board flow itself
+                board_entry = implement_board(tmp, board, baud=baud, seed=pnr_seed, progress=progress)
+            except BitforgeError as e:
+                impl_error = e
     if impl_error is not None:
         raise relocate(impl_error, tmp, real)
-    return LearnResult(out, metrics, impl)
+    return LearnResult(out, metrics, impl, board_entry)
 
 
 def _rtl(learner: Learner, x: np.ndarray, t: np.ndarray, folder: Path, simulator: str, basis: str,

@@ -43,7 +43,7 @@ from ..fixed import FixedType, Overflow, Rounding, clog2, out_of_range, parse_ty
 __all__ = [
     "LearnerError", "LearnerWarning", "UpdateRule", "LearnerFormats", "LearnerSpec", "Learner", "build_learner",
     "save_learner", "load_learner", "lane_seeds", "dead_zone_error", "LFSR_WIDTH", "LFSR_TAPS", "ROUNDINGS",
-    "init_params", "greville", "nearest_lr_shift", "find_learner",
+    "init_params", "greville", "nearest_lr_shift", "find_learner", "learner_from_graph",
 ]
 
 #: Update roundings: "nearest" is RND_CONV on the discarded bits; "stochastic" adds an LFSR word first.
@@ -607,7 +607,12 @@ def save_learner(learner: Learner, folder: Union[str, os.PathLike]) -> Path:
 
 def load_learner(folder: Union[str, os.PathLike]) -> Learner:
     """Read a learner written by :func:`save_learner` and check its graph against its spec."""
-    g = ir.load(folder)
+    return learner_from_graph(ir.load(folder), folder)
+
+
+def learner_from_graph(g: ir.Graph, folder: Union[str, os.PathLike]) -> Learner:
+    """The learner an IR graph with ``metadata["learner"]`` describes (read from ``folder``, which messages
+    name; a bundle's ``learner/`` member folder too), its graph checked against its spec."""
     doc = g.metadata.get(METADATA_KEY)
     if not isinstance(doc, dict):
         raise LearnerError(f"{folder}: model.json has no metadata['{METADATA_KEY}']: this IR folder is a plain model, "

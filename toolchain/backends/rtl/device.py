@@ -26,7 +26,7 @@ from importlib.metadata import version
 from typing import Optional
 
 from ...fixed import FixedType, clog2
-from ...identity import arch_id, model_id
+from ...identity import arch_id, learner_arch_id, learner_model_id, model_id
 from ...ir import Graph
 from .verilog import RtlError, templates, verilog_name
 from bitforge.runtime.protocol import (
@@ -67,7 +67,7 @@ class DeviceSpec:
     out_type: FixedType
     latency_cycles: int
     ii: int
-    model_id: str               # hex digests (identity.model_id / arch_id)
+    model_id: str               # hex digests (identity.model_id / arch_id; a learner's learner_model_id / _arch_id)
     arch_id: str
     learner: bool = False
     rb_addr_bits: int = 0       # learners: the read-back port
@@ -99,13 +99,14 @@ def device_for_model(g: Graph, manifest: dict) -> DeviceSpec:
 
 
 def device_for_learner(learner, design) -> DeviceSpec:
-    """The device of an online learner (``learn.spec.Learner``) from its generated core (``LearnerRtl``)."""
+    """The device of an online learner (``learn.spec.Learner``) from its generated core (``LearnerRtl``); its ids
+    cover the update rule and every format (:func:`~bitforge.toolchain.identity.learner_arch_id`)."""
     f = learner.formats
     d_in, d_out = learner.spec.sizes[0], learner.spec.sizes[-1]
     man = design.manifest()
     return DeviceSpec(
         design.name, man["top"], tuple(man["files"]), design.in_width, design.out_width, d_in, f.input, d_out,
-        f.datapath, design.latency_cycles, design.ii, model_id(learner.graph), arch_id(learner.graph), learner=True,
+        f.datapath, design.latency_cycles, design.ii, learner_model_id(learner), learner_arch_id(learner), learner=True,
         rb_addr_bits=design.rb_addr_width, rb_data_bits=design.rb_data_width)
 
 

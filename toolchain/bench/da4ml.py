@@ -290,7 +290,7 @@ def generate(g: ir.Graph, comb, options: Da4mlOptions = Da4mlOptions()) -> Da4ml
                out_w_elem=ys.dtype.width, in_tensor=x_name, out_tensor=y_name, in_type=xs.dtype.to_short(),
                out_type=ys.dtype.to_short(), da_in_elem=in_layout[0], da_out_elem=out_layout[0],
                da_in_w=n_in * in_layout[0], da_out_w=n_out * out_layout[0], in_maps=in_maps, out_maps=out_maps,
-               latency=da_latency + 1, bus_w=options.bus_width)
+               latency=da_latency + 1, bus_w=options.bus_width, ram=None)  # da4ml's weights are constants
     files[f"{name}.v"] = env.get_template("da4ml_core.v.j2").render(**ctx)
     files[f"{name}_board.v"] = env.get_template("board.v.j2").render(**ctx)
     files.update({lib: library_source(lib) for lib in LIBRARY})

@@ -270,6 +270,22 @@ def cmd_bench_online(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_deploy(args: argparse.Namespace) -> int:
+    from .bench.deploy import options_from_args, plot_path, run_bench, write_json
+    from .bench.deploy_report import plot, tables
+
+    res = run_bench(options_from_args(args), progress=progress, command="bitforge " + shlex.join(sys.argv[1:]))
+    png = plot(res, plot_path(args))
+    res.plot = None if png is None else str(png)
+    table_console(140).print(tables(res))
+    if png is not None:
+        result(f"wrote {png}")
+    if args.json:
+        write_json(res, Path(args.json))
+        result(f"wrote {args.json}")
+    return 0
+
+
 def cmd_bench_compress(args: argparse.Namespace) -> int:
     from .compress.commands import run_bench
     return run_bench(args)
@@ -702,6 +718,7 @@ def _add_bench_commands(sub, fmt) -> None:
                            bitforge bench compress --quick --json bench-compress.json
                            bitforge bench neuqi --neuqi-configs 'default;exact_top=3' --json bench-neuqi.json
                            bitforge bench online --online-parts accuracy,t5   # no hardware flows
+                           bitforge bench deploy --json docs/bench-deploy.json
                        """))
     suites = b.add_subparsers(dest="suite", metavar="SUITE", required=True)
 
@@ -746,6 +763,17 @@ def _add_bench_commands(sub, fmt) -> None:
         "Online learners (KAN vs MLP): accuracy on T1/T2/T4/T5 at float and fixed-point datapaths, post-route "
         "hardware, and scaling, with PNG plots.",
         "bitforge bench online --json bench-online.json\nbitforge bench online --online-parts accuracy,t5"))
+
+    from .bench.deploy import add_arguments as add_deploy_arguments
+    add_deploy_arguments(suite(
+        "deploy", cmd_bench_deploy, "deployed models: simulated board, real boards, wrapper cost",
+        "Deployed models on the simulated board (samples/s and latency on this host, simulated cycles per request "
+        "against the wire-timing model, every answer checked against the golden model), what the real boards give "
+        "at 115,200 and 3,000,000 baud computed from the same counts, the UART wrapper's cost in LUT/FF/BRAM and "
+        "Fmax per board, and --weights ram against rom; with a PNG plot (docs/deploy.md, Measured).",
+        "bitforge bench deploy --json docs/bench-deploy.json --plot docs/img/bench-deploy.png\n"
+        "bitforge bench deploy --quick --parts sim,boards\n"
+        "bitforge bench deploy --models jet-mlp --reuse 1 --clks-per-bit 4 --parts sim,boards"))
 
 
 def _stopped(exc: KeyboardInterrupt) -> int:

@@ -81,8 +81,8 @@ def layout_json(learner: Learner, word_bits: int, words: int) -> dict:
         from bitforge.toolchain.backends.rtl.learner_kan import coefficient_address
         for layer, n in enumerate(learner.layers()):
             first = coefficient_address(learner, 0, 0, layer)
-            strides = [0, (coefficient_address(learner, 1, 0, layer) - first) if n.in_features > 1 else 0,
-                       (coefficient_address(learner, 0, 1, layer) - first) if n.grid_size + n.order > 1 else 0]
+            strides = [0, coefficient_address(learner, 1, 0, layer) - first,
+                       coefficient_address(learner, 0, 1, layer) - first]
             arrays.append({"layer": layer, "array": "coeffs",
                            "shape": [n.out_features, n.in_features, n.grid_size + n.order], "first": first,
                            "strides": strides, "packed": 0})

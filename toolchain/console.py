@@ -152,6 +152,12 @@ def print_bundle(bundle, checked: bool = False) -> None:
                "weights are constants of the bitstream")
     result(f"device {d.top}: in {d.input.name} {list(d.input.shape)} {d.input.type}, out {d.output.name} "
            f"{list(d.output.shape)} {d.output.type}; latency {d.latency_cycles} cycles, II {d.ii}; {weights}")
+    ln = m.learner
+    if ln is not None:
+        rule, st = ln.rule, ln.state
+        result(f"online learner {ln.kind} {list(ln.sizes)} (initial state learner/): targets {ln.t.name} "
+               f"{list(ln.t.shape)} {ln.t.type}; eta 2^-{rule.get('lr_shift')}, {rule.get('rounding')} updates; "
+               f"state {st.get('words')} words of {st.get('word_bits')} bits, {(st.get('storage') or {}).get('type')}")
     b = m.board
     if b is None:
         result("board: none (no bitstream: the simulated board and the CPU path)")

@@ -189,11 +189,16 @@ def collect(out: PathLike, board: Optional[str] = None) -> tuple[Manifest, dict[
     if not out.is_dir():
         raise DeployError(f"{out}: no such folder; deploy takes an output folder of 'bitforge compile MODEL --to "
                           "onnx --to rtl -o OUT' or 'bitforge flow'")
-    if not is_bitforge_output(out):
-        raise DeployError(f"{out}: not a bitforge output folder (no {MARKER}); deploy takes what 'bitforge compile "
-                          "MODEL --to onnx --to rtl -o OUT' or 'bitforge flow' wrote")
     from .learn.spec import find_learner
 
+    learner_ir = find_learner(out) == out
+    if learner_ir:
+        raise DeployError(f"{out}: an online learner's IR folder, not the output folder of 'bitforge learn'; deploy "
+                          "the folder that 'bitforge learn TASK --rtl -o OUT' wrote (its learner/ is the initial state "
+                          "the device starts from, its rtl/ the device)")
+    if not is_bitforge_output(out):
+        raise DeployError(f"{out}: not a bitforge output folder (no {MARKER}); deploy takes what 'bitforge compile "
+                          "MODEL --to onnx --to rtl -o OUT', 'bitforge flow' or 'bitforge learn ... --rtl' wrote")
     if (out / "learner").is_dir() or find_learner(out) is not None:
         return _collect_learner(out, board)
     report = read_report(out)
@@ -225,16 +230,12 @@ def collect(out: PathLike, board: Optional[str] = None) -> tuple[Manifest, dict[
 def _collect_learner(out: Path, board: Optional[str]) -> tuple[Manifest, dict[str, bytes]]:
     """An online learner's output folder (``bitforge learn --rtl`` or ``bitforge flow learn:TASK``): its initial
     state (``learner/``), its device's Verilog, the report and, with ``board``, the bitstream."""
-    from .learn.spec import find_learner, load_learner
+    from .learn.spec import load_learner
 
     state = out / "learner"
     if not (state / "model.json").is_file():
-        found = find_learner(out)
-        raise DeployError(f"{out}: an online learner's IR folder, not the output folder of 'bitforge learn' (no "
-                          f"{state / 'model.json'}, the initial state the device starts from); deploy the folder "
-                          "that 'bitforge learn TASK --rtl -o OUT' wrote" if found is not None else
-                          f"{state / 'model.json'} is missing (the learner's initial state); run 'bitforge learn "
-                          f"TASK --rtl -o {out}' again")
+        raise DeployError(f"{state / 'model.json'} is missing (the learner's initial state, which the device starts "
+                          f"from); run 'bitforge learn TASK --rtl -o {out}' again")
     try:
         learner = load_learner(state)
     except BitforgeError as e:

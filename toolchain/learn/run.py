@@ -222,14 +222,35 @@ def learn(spec: LearnerSpec, task, out, *, rtl: bool = False, target: Optional[s
                 (tmp / "report.md").write_text(_report_md(metrics))
         if board is not None and impl_error is None:
             from ..flows.board_flow import implement_board
+            from ..flows.targets import DoesNotFit
 
             try:  # a failure is recorded in report.json boards.<board> by the board flow itself
                 board_entry = implement_board(tmp, board, baud=baud, seed=pnr_seed, progress=progress)
+            except DoesNotFit as e:
+                impl_error = _learner_does_not_fit(e, spec, board)
             except BitforgeError as e:
                 impl_error = e
     if impl_error is not None:
         raise relocate(impl_error, tmp, real)
     return LearnResult(out, metrics, impl, board_entry)
+
+
+def _learner_does_not_fit(e, spec: LearnerSpec, board: str):
+    """The board flow's verdict with what shrinks a learner (its advice is a compiled model's: --precision and
+    --reuse, which a learner does not have). Each multiplier of a KAN learner is one of the k + 1 basis products,
+    the k + 1 updates and, when the grid step is not a power of two, the cell index; a 16-bit datapath's 17-bit
+    bases take two 16 x 16 DSP blocks per product."""
+    from ..flows.targets import DoesNotFit
+
+    needs = "; ".join(f"needs {n:g} {r.upper()}, {e.target} has {a:g}" for r, (n, a) in e.over.items())
+    tips = ("a narrower --datapath (fewer DSP blocks per multiplier), a lower --order (k + 1 bases: fewer "
+            "multipliers), a grid whose step is a power of two (no index multiplier), or a board with a bigger part"
+            if spec.kind == "kan" else "a narrower --datapath, fewer hidden units, --mlp-lanes 1, or a board with a "
+            "bigger part")
+    example = ("; T1's learner fits the iCEBreaker's 8 DSP blocks with 'bitforge learn t1 --order 2 --datapath "
+               "fixed<12,4> --board icebreaker'" if spec.kind == "kan" else "")
+    return DoesNotFit(f"the {spec.kind.upper()} learner {list(spec.sizes)}'s UART device does not fit the {board}: "
+                      f"{needs}. Try (with bitforge learn ... --board {board}) {tips}{example}", e.target, e.over)
 
 
 def _rtl(learner: Learner, x: np.ndarray, t: np.ndarray, folder: Path, simulator: str, basis: str,

@@ -271,10 +271,11 @@ def cmd_bench_online(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_deploy(args: argparse.Namespace) -> int:
-    from .bench.deploy import options_from_args, plot_path, run_bench, write_json
+    from .bench.deploy import command_line, options_from_args, plot_path, run_bench, write_json
     from .bench.deploy_report import plot, tables
 
-    res = run_bench(options_from_args(args), progress=progress, command="bitforge " + shlex.join(sys.argv[1:]))
+    options = options_from_args(args)
+    res = run_bench(options, progress=progress, command=command_line(options, args.json, plot_path(args)))
     png = plot(res, plot_path(args))
     res.plot = None if png is None else str(png)
     table_console(140).print(tables(res))

@@ -12,9 +12,10 @@ Four parts, each a list of rows in the JSON:
 * **boards** (computed): the same byte and cycle counts at 115,200 and 3,000,000 baud on each board's core
   clock: samples per second, latency, wire share. The wrapper's cycles are fitted as ``a + b * CLKS_PER_BIT``
   over the measured ``CLKS_PER_BIT`` values, so the UART's bit alignment scales to a real board's divider.
-* **wrapper** (tool runs): per board, the board flow's device (``implement_board``: UART, frame engine, buffers,
-  board top around the core) minus the core's own board top implemented for the board's part at the same clock
-  and nextpnr seed: LUT, FF, BRAM, DSP, and Fmax with and without the wrapper.
+* **wrapper** (tool runs): per board, the board flow (``implement_board``) on the device wrapper around a
+  pass-through core (the UART, the frame engine, its two buffers, the board top): LUT, FF, BRAM, DSP and Fmax
+  after place and route. (The device of a real core minus that core's board top would mix in how differently
+  nextpnr places the two; and the T1 learner's core alone needs 17 DSP blocks, more than an iCE40 UP5K has.)
 * **weights** (tool runs): :func:`.weights_cost.measure`, ``--weights ram`` against ``rom`` on each board's
   part in the same run, with ram/rom ratios.
 
@@ -74,7 +75,6 @@ class DeployBenchOptions:
     pnr_boards: tuple[str, ...] = BOARDS
     bauds: tuple[int, ...] = BAUDS
     parts: tuple[str, ...] = PARTS
-    wrapper_model: str = "learn:t1"
     weights_model: str = "kan-tracker"
     weights_reuse: int = 1
     work: Path = Path("out/bench-deploy")
@@ -278,30 +278,50 @@ def computed(shape: DeviceShape, fit: dict, batch: int, baud: float) -> dict:
 _RES = ("lut", "ff", "bram", "dsp")
 
 
-def wrapper_rows(folder: Path, model: str, boards: Sequence[str], seed: int, progress: Progress) -> list[dict]:
-    """The device on each board (the board flow) against the core's board top on the same part, clock and seed."""
+#: The wrapper's design: a pass-through core with a compiled model's 8-bit stream ports, whose device is nothing
+#: but the UART, the frame engine and its buffers (plus the board flow's top: reset, synchroniser, LED).
+PASSTHROUGH = "passthrough"
+
+
+def passthrough_folder(work: Path, force: bool) -> Path:
+    """An output folder whose ``rtl/manifest.json`` ``device`` is the wrapper around a pass-through core (one
+    8-bit word in, one out, latency 0), for the board flow."""
+    from ..backends.rtl.device import DeviceSpec, write_device
+    from ..fixed import FixedType
+    from ..outputs import output_folder
+    from ..templating import environment
+
+    dest = work / "wrapper-passthrough"
+    fresh = dest.with_name(f".{dest.name}.new")
+    board = f"{PASSTHROUGH}_board"
+    t8 = FixedType(8, 0, True)
+    with output_folder(fresh, kind="bench deploy", force=True, option="--work") as tmp:
+        (tmp / "rtl").mkdir()
+        text = environment("bitforge.toolchain.bench").get_template("passthrough_board.v.j2").render(top=board, bus_w=8)
+        (tmp / "rtl" / f"{board}.v").write_text(text)
+        spec = DeviceSpec(PASSTHROUGH, board, (f"rtl/{board}.v",), 8, 8, 1, t8, 1, t8, 0, 1, "00" * 32, "11" * 32)
+        manifest = {"name": PASSTHROUGH, "top": board, "board_top": board, "files": [f"rtl/{board}.v"],
+                    "latency_cycles": 0, "ii": 1, "bus_width": 8, "device": write_device(tmp / "rtl", spec)}
+        (tmp / "rtl" / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    _keep_or_replace(fresh, dest, force)
+    return dest
+
+
+def wrapper_rows(folder: Path, boards: Sequence[str], seed: int, progress: Progress) -> list[dict]:
+    """The wrapper around the pass-through core through the board flow on each board: resources after place and
+    route, Fmax, the core clock and divider the flow chose."""
     from ..flows.board_flow import implement_board
     from ..flows.boards import get_board
-    from ..flows.implement import TimingWarning, implement
-    from ..learn.run import learner_pnr_options
 
-    import warnings
-
-    pnr = learner_pnr_options() if learner_task(model) else ()
     rows = []
     for name in boards:
         b = get_board(name)
-        row = {"model": model, "board": name, "target": b.target,
-               "source": "board flow's device top (implement_board) minus the core's board top (implement) on the "
-                         "same part, clock constraint and nextpnr seed: place and route in this run"}
+        row = {"board": name, "target": b.target,
+               "source": "board flow (implement_board) of the device wrapper around a pass-through 8-bit core: "
+                         "yosys + nextpnr in this run"}
         t0 = time.perf_counter()
+        progress(f"wrapper on {name}: the device around a pass-through core ({b.target})")
         try:
-            progress(f"wrapper on {name}: the core alone ({b.target}, {b.clock_hz / 1e6:g} MHz)")
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", TimingWarning)  # the row keeps the Fmax
-                core = implement(folder, b.target, seed=seed, clock_mhz=b.clock_hz / 1e6, progress=progress,
-                                 pnr_options=pnr)
-            progress(f"wrapper on {name}: the device (board flow)")
             dev = implement_board(folder, name, seed=seed, progress=progress)
         except BitforgeError as e:
             row.update(status="failed", error=str(e), seconds=round(time.perf_counter() - t0, 1))
@@ -309,17 +329,12 @@ def wrapper_rows(folder: Path, model: str, boards: Sequence[str], seed: int, pro
             rows.append(row)
             continue
         res = dev.get("resources") or {}
-        row.update(
-            status="ok", core={k: core.get(k) for k in (*_RES, "fmax_mhz")},
-            device={**{k: res.get(k) for k in _RES}, "fmax_mhz": dev.get("fmax_mhz"),
-                    "core_clock_hz": dev.get("core_clock_hz"), "pll": dev.get("pll") is not None,
-                    "clks_per_bit": dev.get("clks_per_bit"), "baud": dev.get("baud"), "timing_met": dev.get("timing_met")},
-            seconds=round(time.perf_counter() - t0, 1))
-        row["wrapper"] = {k: _minus(row["device"][k], row["core"][k]) for k in _RES}
-        row["fmax_ratio_device_vs_core"] = _ratio(row["device"]["fmax_mhz"], row["core"]["fmax_mhz"])
+        row.update(status="ok", **{k: res.get(k) for k in _RES}, fmax_mhz=dev.get("fmax_mhz"),
+                   core_clock_hz=dev.get("core_clock_hz"), pll=dev.get("pll") is not None,
+                   clks_per_bit=dev.get("clks_per_bit"), baud=dev.get("baud"), timing_met=dev.get("timing_met"),
+                   seconds=round(time.perf_counter() - t0, 1))
         rows.append(row)
-        progress(f"wrapper on {name}: {row['wrapper']}, Fmax {row['device']['fmax_mhz']} MHz with it, "
-                 f"{row['core']['fmax_mhz']} without")
+        progress(f"wrapper on {name}: {', '.join(f'{k} {row[k]}' for k in _RES)}, Fmax {row['fmax_mhz']} MHz")
     return rows
 
 
@@ -359,7 +374,7 @@ def run_bench(o: DeployBenchOptions, progress: Progress = lambda m: None, comman
     if "boards" in o.parts and "sim" not in o.parts:
         raise DeployBenchError("--parts boards needs sim: the real boards are computed from the simulated board's "
                                "counts (e.g. --parts sim,boards)")
-    for m in (*o.models, o.wrapper_model):
+    for m in o.models:
         learner_task(m)  # a bad task name fails before anything is built
     from ..flows.boards import get_board
     for b in (*o.boards, *o.pnr_boards):
@@ -368,10 +383,8 @@ def run_bench(o: DeployBenchOptions, progress: Progress = lambda m: None, comman
     res = DeployBenchResult(options={k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(o).items()},
                             command=command, host=_host(), versions=_versions(o.parts))
     folders, shapes = {}, {}
-    need = list(dict.fromkeys([*(o.models if "sim" in o.parts else ()),
-                               *((o.wrapper_model,) if "wrapper" in o.parts else ())]))
     workloads = {}
-    for m in need:
+    for m in (o.models if "sim" in o.parts else ()):
         folders[m], workloads[m] = prepare(m, o, progress)
     if "sim" in o.parts:
         for m in o.models:
@@ -392,13 +405,11 @@ def run_bench(o: DeployBenchOptions, progress: Progress = lambda m: None, comman
             res.models.append(info)
     fits = fit_wrapper_cycles(res.sim)
     res.wrapper_fits = list(fits.values())
-    if "wrapper" in o.parts:
-        res.wrapper = wrapper_rows(folders[o.wrapper_model], o.wrapper_model, o.pnr_boards, o.pnr_seed, progress)
     if "boards" in o.parts:
         for m in o.models:
-            clocks = {r["board"]: r["device"]["core_clock_hz"] for r in res.wrapper
-                      if r["model"] == m and r.get("status") == "ok"}
-            res.boards.extend(board_rows(shapes[m], m, fits, o.boards, o.bauds, clocks))
+            res.boards.extend(board_rows(shapes[m], m, fits, o.boards, o.bauds, {}))
+    if "wrapper" in o.parts:
+        res.wrapper = wrapper_rows(passthrough_folder(o.work, o.force), o.pnr_boards, o.pnr_seed, progress)
     if "weights" in o.parts:
         progress(f"weights: {o.weights_model} at reuse {o.weights_reuse}, --weights rom vs ram on "
                  f"{', '.join(o.pnr_boards)}")
@@ -478,9 +489,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parts", type=lambda s: _list(s, "part", PARTS), default=PARTS, metavar="A,B",
                    help=f"parts to run (default all: {','.join(PARTS)}); wrapper and weights run yosys and "
                         "nextpnr (minutes)")
-    p.add_argument("--wrapper-model", default="learn:t1", metavar="M",
-                   help="the model whose device and core are placed and routed for the wrapper's cost (default "
-                        "learn:t1, small enough for every board)")
     p.add_argument("--weights-model", default="kan-tracker", metavar="M",
                    help="the model compiled with --weights rom and ram for their cost (default kan-tracker)")
     p.add_argument("--weights-reuse", type=positive_int, default=1, metavar="N",
@@ -503,9 +511,27 @@ def options_from_args(args: argparse.Namespace) -> DeployBenchOptions:
         clks_per_bit=args.clks_per_bit or (QUICK["clks_per_bit"] if q else CLKS_PER_BIT),
         sim_clock_hz=args.sim_clock * 1e6, boards=tuple(args.boards),
         pnr_boards=tuple(args.boards[:1]) if q else tuple(args.boards), bauds=tuple(args.bauds),
-        parts=tuple(p for p in PARTS if p in args.parts), wrapper_model=args.wrapper_model,
+        parts=tuple(p for p in PARTS if p in args.parts),
         weights_model=args.weights_model, weights_reuse=args.weights_reuse, work=Path(args.work), quick=q,
         force=args.force)
+
+
+def command_line(o: DeployBenchOptions, json_path: Optional[str], plot: Optional[Path]) -> str:
+    """The command that reruns ``o`` with every option spelled out (the defaults of a later bitforge may change)."""
+    import shlex
+
+    argv = ["bitforge", "bench", "deploy", "--models", ",".join(o.models), "--reuse", str(o.reuse),
+            "--samples", str(o.samples), "--cycle-requests", str(o.cycle_requests),
+            "--clks-per-bit", ",".join(map(str, o.clks_per_bit)), "--sim-clock", f"{o.sim_clock_hz / 1e6:g}",
+            "--boards", ",".join(o.boards), "--bauds", ",".join(map(str, o.bauds)), "--parts", ",".join(o.parts),
+            "--weights-model", o.weights_model, "--weights-reuse", str(o.weights_reuse), "--work", str(o.work)]
+    if o.pnr_boards != o.boards:
+        argv.append("--quick")  # place and route on the first board only
+    if json_path:
+        argv += ["--json", str(json_path)]
+    if plot is not None:
+        argv += ["--plot", str(plot)]
+    return shlex.join(argv)
 
 
 def plot_path(args: argparse.Namespace) -> Path:

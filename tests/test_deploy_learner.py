@@ -28,12 +28,12 @@ from bitforge.toolchain.learn.spec import (
 from test_device_sim import bundle_of, learner_device
 from test_device import dense_graph, kan_learner
 
-SAMPLES = 400
+SAMPLES = 1000
 
 
 @pytest.fixture(scope="module")
 def t1_out(tmp_path_factory) -> Path:
-    """'bitforge learn t1 --rtl' on a 400-sample stream (the reference KAN learner, its core checked on Icarus)."""
+    """'bitforge learn t1 --rtl' on a 1,000-sample stream (the reference KAN learner, its core checked on Icarus)."""
     out = tmp_path_factory.mktemp("t1") / "out"
     assert main(["learn", "t1", "--rtl", "--simulator", "icarus", "--samples", str(SAMPLES), "-o", str(out)]) == 0
     return out
@@ -46,8 +46,7 @@ def t1_bundle(t1_out, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def stream():
-    """The stream 'bitforge learn t1 --samples 400' learned (x, targets), and its golden trajectory from the initial
-    state, with the state at half way."""
+    """The stream 'bitforge learn t1 --samples 1000' learned: (x, targets)."""
     task = make_task("t1", 0, SAMPLES)
     return task.x, task.target
 

@@ -30,10 +30,10 @@ def test_the_idle_tail_subtracted_per_request_is_the_harness_default():
 
 def _sim_row(cpb, batch, wrapper):
     return SimRow(model="jet", operation="infer", clks_per_bit=cpb, batch=batch, samples=1, requests=1,
-                  host_samples_per_s=1, host_latency_ms_median=1, host_latency_ms_p95=1, verilator_cycles_per_s=1,
+                  host_samples_per_s=1, host_latency_ms_median=1, host_latency_ms_p95=1, verilator_cycles_per_s=1, host_retries=0,
                   cycle_requests=1, request_bytes=1, answer_bytes=1, cycles_per_request=1, model_cycles_per_request=1,
                   model_ratio=1, wrapper_cycles=wrapper, random_payload_model_cycles=1, sim_clock_hz=12e6,
-                  sim_baud=3e6, sim_latency_us=1, sim_samples_per_s=1, wire_share=1, golden_checked=1,
+                  sim_baud=3e6, sim_latency_us=1, sim_samples_per_s=1, wire_share=1, core_share=0, golden_checked=1,
                   latency_cycles=83, ii=16, max_batch=15)
 
 
@@ -115,6 +115,7 @@ def test_tiny_run_measures_every_model_divider_and_batch(tiny_run):
         assert r["wrapper_cycles"] > 0
         assert r["sim_samples_per_s"] == pytest.approx(r["batch"] * r["sim_clock_hz"] / r["cycles_per_request"])
         assert r["host_samples_per_s"] > 0 and r["host_latency_ms_median"] > 0
+        assert 0 < r["core_share"] < 1 - r["wire_share"]  # the rest is the wrapper's
     learner = next(m for m in doc["models"] if m["model"] == "learn:t1")
     assert learner["operation"] == "learn" and learner["max_batch"] == 488 // 5
     # the wrapper's cycles grow with the batch (it moves every byte through its buffers)

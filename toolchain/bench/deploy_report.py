@@ -34,12 +34,12 @@ def tables(res: DeployBenchResult):
         clock = res.sim[0].sim_clock_hz / 1e6
         t = _table(f"simulated board, measured (seconds at {clock:g} MHz; every answer equals the golden model)",
                    ["model", "clk/bit", "batch", "host smp/s", "host ms", "cyc/req", "model cyc", "x model",
-                    "wrapper cyc", "sim us", "sim smp/s", "wire"], left=1)
+                    "wrapper cyc", "sim us", "sim smp/s", "wire", "core"], left=1)
         for r in res.sim:
             t.add_row(r.model, str(r.clks_per_bit), str(r.batch), _n(r.host_samples_per_s),
                       _n(r.host_latency_ms_median, ".2f"), _n(r.cycles_per_request), _n(r.model_cycles_per_request),
                       _n(r.model_ratio, ".3f"), _n(r.wrapper_cycles), _n(r.sim_latency_us, ",.1f"),
-                      _n(r.sim_samples_per_s), f"{100 * r.wire_share:.1f} %")
+                      _n(r.sim_samples_per_s), f"{100 * r.wire_share:.1f} %", f"{100 * r.core_share:.1f} %")
         out.append(t)
     if res.wrapper_fits:
         t = _table("wrapper cycles per request = a + b * CLKS_PER_BIT (fit of the rows above)",
@@ -50,12 +50,12 @@ def tables(res: DeployBenchResult):
         out.append(t)
     if res.boards:
         t = _table("real boards, computed from the same counts", ["model", "board", "MHz", "baud", "batch",
-                                                                  "samples/s", "latency ms", "wire", "x batch 1"],
-                   left=2)
+                                                                  "samples/s", "latency ms", "wire", "core",
+                                                                  "x batch 1"], left=2)
         for r in res.boards:
             t.add_row(r["model"], r["board"], f"{r['core_clock_hz'] / 1e6:g}",
                       f"{r['baud']:,}" + ("" if r["achievable"] else " *"), str(r["batch"]), _n(r["samples_per_s"]),
-                      _n(r["latency_ms"], ",.3f"), f"{100 * r['wire_share']:.1f} %",
+                      _n(r["latency_ms"], ",.3f"), f"{100 * r['wire_share']:.1f} %", f"{100 * r['core_share']:.2f} %",
                       _n(r["samples_per_s_vs_batch_1"], ".2f"))
         if any(not r["achievable"] for r in res.boards):
             t.caption = "* the board flow refuses this rate at this clock (more than 2 % off); computed at the nominal rate"

@@ -185,7 +185,7 @@ def from_bundle(bundle) -> DeployedModel:
         timing.update(clock_hz=man.board.clock_hz, baud=man.board.baud, clks_per_bit=man.board.clks_per_bit)
     if man.learner is not None:
         learner = learner_from_graph(ir.from_json(doc, arrays, f"{src}: {folder}model.json"), f"{src}: {folder}")
-        _check_learner_info(learner, man.learner, src)
+        _check_learner_info(learner, man.learner, (rtl.get("device") or {}).get("hello") or {}, src)
         model = from_learner(learner, source=src, **timing)
     else:
         g = ir.from_json(doc, arrays, f"{src}: model.json")
@@ -199,12 +199,13 @@ def from_bundle(bundle) -> DeployedModel:
                          model.clock_hz, model.baud, model.clks_per_bit, model.weights, model.rtl_device, bundle, src)
 
 
-def _check_learner_info(learner: Learner, info, src: str) -> None:
-    """The manifest's learner section must be what the learner it carries gives: formats, rule and state layout
-    (a client without bitforge reads them from there, bitforge's host from the learner itself)."""
+def _check_learner_info(learner: Learner, info, hello: dict, src: str) -> None:
+    """The manifest's learner section must be what the learner it carries gives on the device it carries (the
+    state words of ``rtl/manifest.json``'s hello): formats, rule and state layout (a client without bitforge reads
+    them from there, bitforge's host from the learner itself)."""
     from .learner_manifest import learner_info
 
-    want = learner_info(learner, info.state.get("word_bits", 0), info.state.get("words", 0)).to_json()
+    want = learner_info(learner, hello.get("state_word_bits", 0), hello.get("state_words", 0)).to_json()
     got = info.to_json()
     for key in want:
         if got.get(key) != want[key]:

@@ -131,6 +131,31 @@ def test_the_t1_trajectory_through_the_bundle_equals_the_golden_run(t1_out, t1_b
     assert_state(final.codes, load_learner(t1_out / "final").state())
 
 
+def test_an_mlp_learner_from_your_own_stream_deploys_too(tmp_path):
+    """'bitforge learn --data' with an MLP (one parameter per state word, the layout's other form): the bundle's
+    trajectory on the simulated board and the CPU equals the golden run, the state read back included."""
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-1, 1, (300, 2))
+    y = np.sin(3 * x[:, :1]) * x[:, 1:2]
+    np.savez(tmp_path / "stream.npz", X=x, Y=y)
+    out = tmp_path / "mlp"
+    assert main(["learn", "--data", str(tmp_path / "stream.npz"), "--model", "mlp", "--layers", "2,3,1",
+                 "--datapath", "fixed<12,4>", "--guard-bits", "6", "--rtl", "--simulator", "icarus",
+                 "-o", str(out)]) == 0
+    bundle = write_bundle(out, None, tmp_path / "mlp.bfb").path
+    layout = Bundle.open(bundle).manifest.learner.state
+    assert [(a["array"], a["first"], a["strides"], a["packed"]) for a in layout["arrays"]] == [
+        ("weight", 0, [2, 1], None), ("bias", 6, [1], None), ("weight", 9, [3, 1], None), ("bias", 12, [1], None)]
+    learner = load_learner(out / "learner")
+    traj = golden(learner, x, y)
+    for transport in ("sim", "cpu"):
+        with Device.open(bundle, transport) as dev:
+            pred = dev.learn(x, y)
+            state = dev.read_state()
+        np.testing.assert_array_equal(pred, fixed.to_float(traj.predictions, learner.formats.datapath))
+        assert_state(state.codes, traj.final)
+
+
 def test_bitforge_run_learns_a_stream_and_writes_the_state(t1_out, t1_bundle, stream, tmp_path, capsys):
     x, t = stream
     learner = load_learner(t1_out / "learner")
@@ -287,6 +312,7 @@ def test_deploy_refuses_an_incomplete_learner_output(t1_out, tmp_path, case, say
     (lambda ln: dataclasses.replace(ln, state={**ln.state, "arrays": [
         {**ln.state["arrays"][0], "strides": [0, 8, 2]}]}), "state"),
     (lambda ln: dataclasses.replace(ln, t=dataclasses.replace(ln.t, integer=5)), "t"),
+    (lambda ln: dataclasses.replace(ln, state={**ln.state, "word_bits": 48}), "state"),
 ])
 def test_a_consistently_rewritten_learner_section_is_refused_by_the_host(t1_bundle, tmp_path, edit, field):
     b = Bundle.open(t1_bundle)

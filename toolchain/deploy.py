@@ -111,15 +111,16 @@ def _device(out: Path, man: dict, g: Optional[ir.Graph], redo: str, learner=None
     if not isinstance(top, str) or not top or not isinstance(files, list) or not files:
         raise DeployError(f"{where}: device.top should be a module name and device.files a list of Verilog files; "
                           f"{redo}")
-    tensors = []
     if learner is not None:
         x, _, y = learner_words(learner)
         tensors = [x, y]
-    for key in () if learner is not None else ("input_tensor", "output_tensor"):
-        name = man.get(key)
-        if not isinstance(name, str) or name not in g.tensors:
-            raise DeployError(f"{where}: {key} {name!r} is not a tensor of {out / 'model.json'}; {redo}")
-        tensors.append(tensor_format(g.tensors[name]))
+    else:
+        tensors = []
+        for key in ("input_tensor", "output_tensor"):
+            name = man.get(key)
+            if not isinstance(name, str) or name not in g.tensors:
+                raise DeployError(f"{where}: {key} {name!r} is not a tensor of {out / 'model.json'}; {redo}")
+            tensors.append(tensor_format(g.tensors[name]))
     numbers = {}
     for key in ("bus_width", "latency_cycles", "ii"):
         value = man.get(key, 8 if key == "bus_width" and learner is not None else None)  # learners: 8-bit tops
@@ -191,8 +192,7 @@ def collect(out: PathLike, board: Optional[str] = None) -> tuple[Manifest, dict[
                           "onnx --to rtl -o OUT' or 'bitforge flow'")
     from .learn.spec import find_learner
 
-    learner_ir = find_learner(out) == out
-    if learner_ir:
+    if find_learner(out) == out:
         raise DeployError(f"{out}: an online learner's IR folder, not the output folder of 'bitforge learn'; deploy "
                           "the folder that 'bitforge learn TASK --rtl -o OUT' wrote (its learner/ is the initial state "
                           "the device starts from, its rtl/ the device)")

@@ -25,7 +25,7 @@ from bitforge.toolchain.cli import main
 from bitforge.toolchain.deploy import DeployError, write_bundle
 from bitforge.toolchain.errors import OutputError
 
-BOARD = "testboard"
+BOARD = "icebreaker"
 BITSTREAM = "impl/ice40-up5k/kan_tracker_device.bin"
 
 
@@ -59,7 +59,7 @@ def with_board(compiled, tmp_path_factory) -> Path:
     (out / BITSTREAM).write_bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes())
     (out / "impl/ice40-up5k/board.pcf").write_text("set_io clk 35\n")
     report = json.loads((out / "report.json").read_text())
-    report["boards"] = {BOARD: {"board": BOARD, "target": "ice40-up5k", "top": "kan_tracker_device_testboard",
+    report["boards"] = {BOARD: {"board": BOARD, "target": "ice40-up5k", "top": "kan_tracker_device_icebreaker",
                                 "clock_hz": 12_000_000, "core_clock_hz": 12_000_000, "pll": None,
                                 "baud": 115_384.615, "baud_requested": 115_200, "clks_per_bit": 104,
                                 "bitstream": BITSTREAM, "constraints": "impl/ice40-up5k/board.pcf",
@@ -187,9 +187,9 @@ def test_board_bundle_carries_the_bitstream_and_the_board(with_board, bundle_byt
 # -- deploy's own errors --------------------------------------------------------------------------------------
 
 def test_board_not_built_names_the_flow_command(with_board, tmp_path):
-    with pytest.raises(DeployError, match=r"no bitstream for board 'icebreaker' \(built for: testboard\); run "
-                                          r"'bitforge flow kan-tracker --board icebreaker -o .*' first"):
-        write_bundle(with_board, "icebreaker", tmp_path / "x.bfb")
+    with pytest.raises(DeployError, match=r"no bitstream for board 'ulx3s' \(built for: icebreaker\); run "
+                                          r"'bitforge flow kan-tracker --board ulx3s -o .*' first"):
+        write_bundle(with_board, "ulx3s", tmp_path / "x.bfb")
     assert not (tmp_path / "x.bfb").exists()
 
 
@@ -302,15 +302,17 @@ def test_deploy_and_inspect_commands(with_board, tmp_path, capsys):
         assert word in text, word
     code, text = run_cli(capsys, "inspect", target, "--expect-sha256", "0" * 64)
     assert code == 2 and f"SHA-256 {digest}, expected {'0' * 64}" in text
+    code, text = run_cli(capsys, "deploy", with_board, "--board", "ulx3s", "-o", tmp_path / "n.bfb")
+    assert code == 2 and "bitforge flow kan-tracker --board ulx3s" in text and not (tmp_path / "n.bfb").exists()
     code, text = run_cli(capsys, "deploy", with_board, "--board", "nope", "-o", tmp_path / "n.bfb")
-    assert code == 2 and "bitforge flow kan-tracker --board nope" in text and not (tmp_path / "n.bfb").exists()
+    assert code == 2 and "unknown board 'nope'" in text and not (tmp_path / "n.bfb").exists()
 
 
 @pytest.mark.parametrize("argv, says", [
     ("deploy {tmp}/nowhere -o {tmp}/x.bfb", "nowhere: no such folder"),
     ("deploy {tmp} -o {tmp}/x.bfb", "not a bitforge output folder"),
     ("deploy {out} -o {out}/x.bfb", "inside the output folder"),
-    ("deploy {out} --board nope -o {tmp}/x.bfb", "run 'bitforge flow kan-tracker --board nope -o"),
+    ("deploy {out} --board ulx3s -o {tmp}/x.bfb", "run 'bitforge flow kan-tracker --board ulx3s -o"),
     ("deploy {out}", "the following arguments are required: -o/--output"),
     ("inspect {tmp}/missing.bfb", "missing.bfb: no such file"),
     ("inspect {tmp}/junk.bfb", "not a bitforge bundle"),

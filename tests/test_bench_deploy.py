@@ -30,7 +30,8 @@ def test_the_idle_tail_subtracted_per_request_is_the_harness_default():
 
 def _sim_row(cpb, batch, wrapper):
     return SimRow(model="jet", operation="infer", clks_per_bit=cpb, batch=batch, samples=1, requests=1,
-                  host_samples_per_s=1, host_latency_ms_median=1, host_latency_ms_p95=1, verilator_cycles_per_s=1, host_retries=0,
+                  host_samples_per_s=1, host_latency_ms_median=1, host_latency_ms_p95=1, verilator_cycles_per_s=1,
+                  host_retries=0,
                   cycle_requests=1, request_bytes=1, answer_bytes=1, cycles_per_request=1, model_cycles_per_request=1,
                   model_ratio=1, wrapper_cycles=wrapper, random_payload_model_cycles=1, sim_clock_hz=12e6,
                   sim_baud=3e6, sim_latency_us=1, sim_samples_per_s=1, wire_share=1, core_share=0, golden_checked=1,
@@ -41,7 +42,8 @@ def test_the_wrapper_fit_separates_the_bit_time_part():
     rows = [_sim_row(c, k, a + b * c) for k, a, b in ((1, 58, -0.25), (15, 298, -0.5)) for c in (4, 8, 16)]
     fits = fit_wrapper_cycles(rows)
     assert fits[("jet", 1)]["a"] == pytest.approx(58) and fits[("jet", 1)]["b_per_clks_per_bit"] == pytest.approx(-0.25)
-    assert fits[("jet", 15)]["a"] == pytest.approx(298) and fits[("jet", 15)]["b_per_clks_per_bit"] == pytest.approx(-0.5)
+    assert fits[("jet", 15)]["a"] == pytest.approx(298)
+    assert fits[("jet", 15)]["b_per_clks_per_bit"] == pytest.approx(-0.5)
     assert fits[("jet", 1)]["max_residual_cycles"] < 1e-9
     one = fit_wrapper_cycles([_sim_row(4, 1, 60.0)])[("jet", 1)]
     assert (one["a"], one["b_per_clks_per_bit"]) == (60.0, 0.0)
@@ -118,6 +120,7 @@ def test_tiny_run_measures_every_model_divider_and_batch(tiny_run):
         assert 0 < r["core_share"] < 1 - r["wire_share"]  # the rest is the wrapper's
     learner = next(m for m in doc["models"] if m["model"] == "learn:t1")
     assert learner["operation"] == "learn" and learner["max_batch"] == 488 // 5
+    assert all(m["bundle"].endswith(".bfb") for m in doc["models"])  # Device.open(bundle) for both
     # the wrapper's cycles grow with the batch (it moves every byte through its buffers)
     fits = {(f["model"], f["batch"]): f for f in doc["wrapper_fits"]}
     assert fits[("learn:t1", 97)]["a"] > fits[("learn:t1", 1)]["a"]

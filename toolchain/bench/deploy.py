@@ -4,8 +4,8 @@ what the UART device wrapper and reloadable weights cost in logic.
 Four parts, each a list of rows in the JSON:
 
 * **sim** (measured): each model is compiled (``compile --to onnx --to rtl``; an online learner ``learn:TASK``
-  is generated as ``bitforge learn TASK --rtl`` does), deployed to a bundle and opened on the simulated board at
-  each ``--clks-per-bit``; samples stream with batch 1 and the largest batch that fits a frame, every answer
+  is generated as ``bitforge learn TASK --rtl`` does, without its RTL replay), deployed to a bundle and opened on
+  the simulated board at each ``--clks-per-bit``; samples stream with batch 1 and the largest batch that fits a frame, every answer
   checked against the golden model. Per row: samples per second and round-trip latency on this host, and the
   simulated cycles per request against :func:`.wire_timing.round_trip`'s prediction (the ratio, and the
   wrapper's own cycles: measured minus wire minus core). :mod:`.deploy_measure` says how cycles are counted.
@@ -37,7 +37,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from ..errors import BitforgeError
-from .deploy_measure import SimRow, Workload, bundle_link, fit_wrapper_cycles, learner_link, measure, wrapper_cycles_at
+from .deploy_measure import SimRow, Workload, bundle_link, fit_wrapper_cycles, measure, wrapper_cycles_at
 from .wire_timing import DeviceShape, round_trip
 
 Progress = Callable[[str], None]
@@ -146,6 +146,7 @@ def learner_folder(task: str, samples: int, work: Path, seed: int, force: bool, 
     from ..learn.commands import LearnOptions, resolve
     from ..learn.spec import build_learner, save_learner
     from ..outputs import output_folder
+    from ..report.file import update_report
     from ..verify.simulate_learner import generate_learner, write_sources
 
     spec, stream = resolve(LearnOptions(task=task, seed=seed))  # the benchmark's stream, longer if asked
@@ -162,6 +163,8 @@ def learner_folder(task: str, samples: int, work: Path, seed: int, force: bool, 
         manifest = design.manifest()
         manifest["device"] = write_device(tmp / "rtl", device_for_learner(learner, design))
         (tmp / "rtl" / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        rtl = {"latency_cycles": design.latency_cycles, "ii": design.ii, "resources": design.resources}
+        update_report(tmp, lambda report: report.update(rtl=rtl))  # as learn --rtl records it (bundles carry it)
     _keep_or_replace(fresh, dest, force)
     return dest, learner, stream
 
@@ -193,9 +196,8 @@ def compiled_workload(model: str, folder: Path, work: Path, samples: int, seed: 
 
 def learner_workload(model: str, folder: Path, learner, stream, work: Path, samples: int,
                      progress: Progress) -> Workload:
-    """The learner learns the task's stream (predict, then update) from its initial state; the golden model is
-    its trajectory (``learn.emulate.run``). Opened from its bundle once ``bitforge deploy`` takes learners, from
-    its device files until then (the reason is in the notes)."""
+    """The learner learns the task's stream (predict, then update) from its initial state, opened from its bundle;
+    the golden model is its trajectory (``learn.emulate.run``)."""
     from ..fixed import quantize
     from ..learn import emulate as learn_emulate
 
@@ -203,14 +205,7 @@ def learner_workload(model: str, folder: Path, learner, stream, work: Path, samp
     x = quantize(np.asarray(stream.x[:samples], dtype=np.float64).reshape(samples, -1), f.input)
     t = quantize(np.asarray(stream.target[:samples], dtype=np.float64).reshape(samples, -1), f.datapath)
     golden = np.asarray(learn_emulate.run(learner, x, t).predictions).reshape(samples, -1)
-    try:
-        bundle = _bundle(folder, work)
-    except BitforgeError as e:
-        dev = json.loads((folder / "rtl" / "manifest.json").read_text())["device"]
-        link = learner_link([folder / p for p in dev["files"]], dev["top"], progress)
-        return Workload(model, learner, link, x.astype(np.int64), golden.astype(np.int64), t.astype(np.int64),
-                        opened_from="files", notes=[f"not bundled ({e}); opened with Device.open(learner, "
-                                                    "SimTransport(device files))"])
+    bundle = _bundle(folder, work)
     progress(f"{model}: bundle {bundle}")
     return Workload(model, str(bundle), bundle_link(bundle, progress), x.astype(np.int64), golden.astype(np.int64),
                     t.astype(np.int64))
@@ -389,8 +384,8 @@ def run_bench(o: DeployBenchOptions, progress: Progress = lambda m: None, comman
     if "sim" in o.parts:
         for m in o.models:
             w = workloads[m]
-            info = {"model": m, "opened_from": w.opened_from, "folder": str(folders[m]), "notes": w.notes,
-                    "operation": w.operation, "golden": "learn.emulate.run trajectory" if w.learns else "emulate.run"}
+            info = {"model": m, "bundle": str(w.source), "folder": str(folders[m]), "operation": w.operation,
+                    "golden": "learn.emulate.run trajectory" if w.learns else "emulate.run"}
             for cpb in o.clks_per_bit:
                 rows, hello = measure(w, cpb, (1, 0), o.samples, o.cycle_requests, o.sim_clock_hz, progress)
                 res.sim.extend(rows)

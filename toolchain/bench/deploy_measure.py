@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -58,8 +58,8 @@ def harness_idle_tail(clks_per_bit: int) -> int:
 class Workload:
     """One model to stream: how to open it and what it must answer.
 
-    ``source`` is what :meth:`Device.open` takes (a bundle path, or a learner); ``link`` makes the simulated
-    board's transport at a given ``CLKS_PER_BIT``. ``x`` are input codes ``(n, d_in)``; a learner also has target
+    ``source`` is what :meth:`Device.open` takes (a bundle path); ``link`` makes the simulated board's transport
+    at a given ``CLKS_PER_BIT``. ``x`` are input codes ``(n, d_in)``; a learner also has target
     codes ``t`` and learns (``learn`` frames, predict then update), a compiled model infers (``infer`` /
     ``infer_batch``). ``golden`` are the output codes the golden model gives for the first n samples from the
     device's initial state (a learner's: its trajectory's predictions)."""
@@ -70,8 +70,6 @@ class Workload:
     x: np.ndarray
     golden: np.ndarray
     t: Optional[np.ndarray] = None
-    opened_from: str = "bundle"
-    notes: list[str] = field(default_factory=list)
 
     @property
     def learns(self) -> bool:
@@ -302,7 +300,8 @@ def _row(w, clks_per_bit, k, shape, baud, tail, base, wall, cyc, speed, checked)
         model=w.name, operation=w.operation, clks_per_bit=clks_per_bit, batch=k, samples=wall.samples,
         requests=wall.requests, host_samples_per_s=wall.samples / wall.wall_s,
         host_latency_ms_median=1e3 * statistics.median(lat), host_latency_ms_p95=1e3 * lat[int(0.95 * (len(lat) - 1))],
-        verilator_cycles_per_s=speed, host_retries=wall.retries, cycle_requests=cyc.requests, request_bytes=req_bytes / cyc.requests,
+        verilator_cycles_per_s=speed, host_retries=wall.retries, cycle_requests=cyc.requests,
+        request_bytes=req_bytes / cyc.requests,
         answer_bytes=ans_bytes / cyc.requests, cycles_per_request=measured, model_cycles_per_request=model,
         model_ratio=measured / model, wrapper_cycles=measured - model,
         random_payload_model_cycles=rt.seconds * clock, sim_clock_hz=clock, sim_baud=baud,
@@ -336,12 +335,6 @@ def fit_wrapper_cycles(rows: Sequence[SimRow]) -> dict:
 
 def wrapper_cycles_at(fit: dict, clks_per_bit: int) -> float:
     return fit["a"] + fit["b_per_clks_per_bit"] * clks_per_bit
-
-
-def learner_link(files: Sequence[Path], top: str, progress: Progress) -> Callable[[int], Any]:
-    """The simulated board from a device's Verilog files (a learner that has no bundle)."""
-    from bitforge.runtime.transports import SimTransport
-    return lambda cpb: SimTransport(list(files), top, clks_per_bit=cpb, progress=progress)
 
 
 def bundle_link(bundle: Path, progress: Progress) -> Callable[[int], Any]:

@@ -58,7 +58,8 @@ def tables(res: DeployBenchResult):
                       _n(r["latency_ms"], ",.3f"), f"{100 * r['wire_share']:.1f} %", f"{100 * r['core_share']:.2f} %",
                       _n(r["samples_per_s_vs_batch_1"], ".2f"))
         if any(not r["achievable"] for r in res.boards):
-            t.caption = "* the board flow refuses this rate at this clock (more than 2 % off); computed at the nominal rate"
+            t.caption = ("* the board flow refuses this rate at this clock (more than 2 % off); computed at the "
+                         "nominal rate")
         out.append(t)
     if res.wrapper:
         t = _table("the wrapper's cost: UART, frame engine and buffers around a pass-through core, after place and "

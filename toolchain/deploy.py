@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -25,6 +24,7 @@ from ..runtime.protocol import PROTOCOL_VERSION
 from . import identity, ir
 from .errors import BitforgeError
 from .jsonfile import read_json_object
+from .version import bitforge_version
 from .outputs import MARKER, is_bitforge_output, write_file
 from .report.file import read_report
 
@@ -48,13 +48,6 @@ class Deployed:
 
 def tensor_format(spec: ir.TensorSpec) -> TensorFormat:
     return fixed_format(spec.name, tuple(spec.shape), spec.dtype)
-
-
-def _bitforge_version() -> str:
-    try:
-        return version("bitforge")
-    except PackageNotFoundError:  # a source tree that is not installed
-        return "unknown"
 
 
 def _model_hint(report: dict) -> str:
@@ -219,7 +212,7 @@ def collect(out: PathLike, board: Optional[str] = None) -> tuple[Manifest, dict[
         raise DeployError(f"{where}: 'files' should be a list of paths; {redo}")
     for rel in sorted(set(rtl_files) | set(device.files), key=str):
         folder.add(rel, str(where), redo)
-    manifest = Manifest(bitforge_version=_bitforge_version(), protocol_version=_protocol_version(man, where, redo),
+    manifest = Manifest(bitforge_version=bitforge_version(), protocol_version=_protocol_version(man, where, redo),
                         model_name=g.name, model_id=identity.model_id(g), arch_id=identity.arch_id(g),
                         inputs=tuple(tensor_format(g.tensors[n]) for n in g.inputs),
                         outputs=tuple(tensor_format(g.tensors[n]) for n in g.outputs), device=device,
@@ -273,7 +266,7 @@ def _collect_learner(out: Path, board: Optional[str]) -> tuple[Manifest, dict[st
     for rel in sorted(set(rtl_files) | set(device.files), key=str):
         folder.add(rel, str(where), redo)
     info = learner_info(learner, *words)
-    manifest = Manifest(bitforge_version=_bitforge_version(), protocol_version=_protocol_version(man, where, redo),
+    manifest = Manifest(bitforge_version=bitforge_version(), protocol_version=_protocol_version(man, where, redo),
                         model_name=learner.graph.name, model_id=mid, arch_id=aid, inputs=(info.x,),
                         outputs=(info.y,), device=device, learner=info,
                         board=None if board is None else _board(

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, Sequence, Union
 
 from .errors import OutputError
+from .version import bitforge_version
 
 PathLike = Union[str, os.PathLike]
 
@@ -48,18 +49,9 @@ FORCE_HELP = ("replace OUT even if it is a non-empty folder bitforge did not wri
               "always replaced")
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("bitforge")
-    except PackageNotFoundError:  # a source tree that is not installed
-        return "unknown"
-
-
 def marker(kind: str) -> dict:
     """The marker's content: what wrote the folder. No time or host, so outputs stay byte-reproducible."""
-    return {"written_by": "bitforge", "command": kind, "version": _version()}
+    return {"written_by": "bitforge", "command": kind, "version": bitforge_version()}
 
 
 def write_marker(folder: Path, kind: str) -> None:

@@ -23,7 +23,6 @@ float32. Same IR -> byte-identical model (fixed node names, no timestamps).
 """
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import math
 import os
@@ -38,6 +37,7 @@ from onnx import TensorProto, helper, numpy_helper
 from .. import fixed
 from ..bspline import basis_table
 from ..errors import BitforgeError
+from ..version import bitforge_version
 from ..fixed import FixedType, Overflow, Rounding
 from ..ir import (
     Add,
@@ -548,15 +548,8 @@ def _value_info(name: str, elem: int, shape: tuple[int, ...]) -> onnx.ValueInfoP
 
 def _doc(g: Graph) -> str:
     types = "; ".join(f"{t}: {spec.type_str()}" for t, spec in g.tensors.items())
-    return (f"bitforge {_version()} ONNX export of graph '{g.name}' (fixed-point tensors are int64 codes, "
+    return (f"bitforge {bitforge_version()} ONNX export of graph '{g.name}' (fixed-point tensors are int64 codes, "
             f"value = code * 2^-frac). Tensor types: {types}")
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("bitforge")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def to_onnx(graph: Graph, opset: int = DEFAULT_OPSET) -> onnx.ModelProto:
@@ -606,7 +599,7 @@ def to_onnx(graph: Graph, opset: int = DEFAULT_OPSET) -> onnx.ModelProto:
                                    doc_string=_doc(g))
     opsets = [helper.make_opsetid("", opset)]
     model = helper.make_model(onnx_graph, opset_imports=opsets, producer_name="bitforge",
-                              producer_version=_version(), doc_string=_doc(g))
+                              producer_version=bitforge_version(), doc_string=_doc(g))
     model.ir_version = helper.find_min_ir_version_for(opsets)
     helper.set_model_props(model, {
         META_TYPES: json.dumps({t: s.type_str() for t, s in g.tensors.items()}),

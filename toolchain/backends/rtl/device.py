@@ -22,12 +22,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from importlib.metadata import version
 from typing import Optional
 
 from ...fixed import FixedType, clog2
 from ...identity import arch_id, learner_arch_id, learner_model_id, model_id
 from ...ir import Graph
+from ...version import bitforge_version
 from .verilog import RtlError, templates, verilog_name
 from bitforge.runtime.protocol import (
     ID_BYTES, PROTOCOL_VERSION, RESPONSE_BIT, Capability, ErrorCode, FrameType, Hello, wire_bytes, word_bytes)
@@ -151,7 +151,7 @@ def _hello(spec: DeviceSpec, max_payload: int, clks_per_bit: int) -> Hello:
         spec.out_count, spec.out_type.width, spec.out_type.frac, spec.out_type.signed,
         spec.latency_cycles, spec.ii, spec.rb_data_bits, (1 << spec.rb_addr_bits) if spec.learner else 0,
         int(w["word_bits"]) if w else 0, int(w["words"]) if w else 0, clks_per_bit,
-        bytes.fromhex(spec.model_id)[:ID_BYTES], bytes.fromhex(spec.arch_id)[:ID_BYTES], version("bitforge"))
+        bytes.fromhex(spec.model_id)[:ID_BYTES], bytes.fromhex(spec.arch_id)[:ID_BYTES], bitforge_version())
 
 
 def _hello_json(h: Hello) -> dict:

@@ -163,9 +163,9 @@ def learner_folder(task: str, samples: int, work: Path, seed: int, force: bool, 
         manifest = design.manifest()
         manifest["device"] = write_device(tmp / "rtl", device_for_learner(learner, design))
         (tmp / "rtl" / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        rtl = {"latency_cycles": design.latency_cycles, "ii": design.ii, "resources": design.resources}
-        update_report(tmp, lambda report: report.update(rtl=rtl))  # as learn --rtl records it (bundles carry it)
     _keep_or_replace(fresh, dest, force)
+    rtl = {"latency_cycles": design.latency_cycles, "ii": design.ii, "resources": design.resources}
+    update_report(dest, lambda report: report.update(rtl=rtl))  # as learn --rtl records it (bundles carry it)
     return dest, learner, stream
 
 

@@ -264,18 +264,18 @@ def test_unchanged_design_folder_is_kept_with_its_caches(tmp_path):
         return folder
     dest = design(tmp_path / "dest", "module a; endmodule\n")
     (dest / "impl").mkdir()
-    assert not bench_rtl._keep_or_replace(design(tmp_path / "new1", "module a; endmodule\n"), dest)
+    assert not bench_rtl.keep_or_replace(design(tmp_path / "new1", "module a; endmodule\n"), dest)
     assert (dest / "impl").is_dir() and not (tmp_path / "new1").exists()
-    assert bench_rtl._keep_or_replace(design(tmp_path / "new2", "module b; endmodule\n"), dest)
+    assert bench_rtl.keep_or_replace(design(tmp_path / "new2", "module b; endmodule\n"), dest)
     assert not (dest / "impl").exists() and (dest / "rtl" / "a.v").read_text() == "module b; endmodule\n"
 
     mine = tmp_path / "mine"  # a --work folder holding the user's files where a design folder would go
     (mine / "notes.txt").parent.mkdir()
     (mine / "notes.txt").write_text("keep")
     with pytest.raises(OutputError, match="bitforge did not write"):
-        bench_rtl._keep_or_replace(design(tmp_path / "new3", "module c; endmodule\n"), mine)
+        bench_rtl.keep_or_replace(design(tmp_path / "new3", "module c; endmodule\n"), mine)
     assert (mine / "notes.txt").read_text() == "keep"
-    assert bench_rtl._keep_or_replace(tmp_path / "new3", mine, force=True)
+    assert bench_rtl.keep_or_replace(tmp_path / "new3", mine, force=True)
     assert (mine / "rtl" / "a.v").read_text() == "module c; endmodule\n"
 
 

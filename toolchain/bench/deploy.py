@@ -38,6 +38,7 @@ import numpy as np
 
 from ..errors import BitforgeError
 from .deploy_measure import SimRow, Workload, bundle_link, fit_wrapper_cycles, measure, wrapper_cycles_at
+from .rtl import keep_or_replace
 from .wire_timing import DeviceShape, round_trip
 
 Progress = Callable[[str], None]
@@ -121,11 +122,6 @@ def learner_task(model: str) -> Optional[str]:
     return task
 
 
-def _keep_or_replace(fresh: Path, dest: Path, force: bool) -> None:
-    from .rtl import _keep_or_replace as keep  # the same rule as bench rtl: an unchanged design keeps its caches
-    keep(fresh, dest, force)
-
-
 def compiled_folder(model: str, reuse: int, work: Path, seed: int, force: bool, progress: Progress) -> Path:
     """``bitforge compile MODEL --to onnx --to rtl --reuse R`` into ``work`` (kept when unchanged)."""
     from ..compiler import CompileOptions, compile_model
@@ -134,7 +130,7 @@ def compiled_folder(model: str, reuse: int, work: Path, seed: int, force: bool, 
     fresh = dest.with_name(f".{dest.name}.new")
     progress(f"{model}: compiling (--to onnx --to rtl --reuse {reuse})")
     compile_model(model, fresh, CompileOptions(to=("onnx", "rtl"), reuse=reuse, vectors=1000, seed=seed), force=True)
-    _keep_or_replace(fresh, dest, force)
+    keep_or_replace(fresh, dest, force)  # as bench rtl: an unchanged design keeps its caches
     return dest
 
 
@@ -163,7 +159,7 @@ def learner_folder(task: str, samples: int, work: Path, seed: int, force: bool, 
         manifest = design.manifest()
         manifest["device"] = write_device(tmp / "rtl", device_for_learner(learner, design))
         (tmp / "rtl" / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    _keep_or_replace(fresh, dest, force)
+    keep_or_replace(fresh, dest, force)  # as bench rtl: an unchanged design keeps its caches
     rtl = {"latency_cycles": design.latency_cycles, "ii": design.ii, "resources": design.resources}
     update_report(dest, lambda report: report.update(rtl=rtl))  # as learn --rtl records it (bundles carry it)
     return dest, learner, stream
@@ -298,7 +294,7 @@ def passthrough_folder(work: Path, force: bool) -> Path:
         manifest = {"name": PASSTHROUGH, "top": board, "board_top": board, "files": [f"rtl/{board}.v"],
                     "latency_cycles": 0, "ii": 1, "bus_width": 8, "device": write_device(tmp / "rtl", spec)}
         (tmp / "rtl" / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    _keep_or_replace(fresh, dest, force)
+    keep_or_replace(fresh, dest, force)  # as bench rtl: an unchanged design keeps its caches
     return dest
 
 

@@ -163,7 +163,7 @@ def _tree_digest(folder: Path) -> str:
     return h.hexdigest()
 
 
-def _keep_or_replace(fresh: Path, dest: Path, force: bool = False) -> bool:
+def keep_or_replace(fresh: Path, dest: Path, force: bool = False) -> bool:
     """Put ``fresh`` (a folder bitforge wrote) in place of ``dest`` unless ``dest`` holds the same design (then
     its flow caches stay); True if replaced. A ``dest`` bitforge did not write is refused unless ``force``
     (:mod:`..outputs`); one with the same design but no marker (a work folder of bitforge 0.1.0) is adopted."""
@@ -191,7 +191,7 @@ def build_bitforge(g: ir.Graph, dest: Path, vectors: int, seed: int, force: bool
                       force=force)
     finally:
         discard(ir_dir)  # only compile's input
-    _keep_or_replace(fresh, dest, force)
+    keep_or_replace(fresh, dest, force)
     return dest
 
 
@@ -206,7 +206,7 @@ def build_da4ml(g: ir.Graph, dest: Path, options, vectors: int, seed: int, force
     fresh = dest.with_name(f".{dest.name}.new")
     with output_folder(fresh, kind="bench rtl", force=force, option="--work") as staging:
         da.write_design(g, design, staging, options, equivalence)
-    _keep_or_replace(fresh, dest, force)
+    keep_or_replace(fresh, dest, force)
     return dest, equivalence
 
 

@@ -19,7 +19,7 @@ from typing import Callable, Optional, Union
 import numpy as np
 
 from bitforge.toolchain.errors import BitforgeError
-from bitforge.toolchain.outputs import write_file
+from bitforge.toolchain.outputs import check_file, write_file
 
 from . import deployed
 from .device import Device, InputError, LearnerState
@@ -95,6 +95,9 @@ def run_bundle(bundle: PathLike, input_path: PathLike, output: PathLike, *, devi
     if model.learner is None and (t is not None or state_target is not None):
         raise BitforgeError(f"{bundle}: '{model.name}' is a compiled model, not an online learner: --targets and "
                             "--state need a learner's bundle (bitforge learn ... --rtl, then bitforge deploy)")
+    check_file(target, inputs=(input_path, bundle))  # a bad -o or --state is named before the device runs
+    if state_target is not None:
+        check_file(state_target, inputs=(input_path, bundle), option="--state")
     kw = {} if retries is None else {"retries": retries}
     t0 = time.monotonic()
     with Device.open(model, device, baud=baud, timeout=timeout, progress=note, **kw) as dev:
@@ -117,6 +120,6 @@ def run_bundle(bundle: PathLike, input_path: PathLike, output: PathLike, *, devi
     state_written = None
     if state is not None:
         state_written = write_file(state_target, lambda f: np.savez(f, **state_arrays(state)),
-                                   inputs=(input_path, bundle))
+                                   inputs=(input_path, bundle), option="--state")
     samples = int(y.shape[0]) if y.ndim >= 2 else 1
     return RunResult(samples, written, tuple(y.shape), seconds, where, retried, name, t is not None, state_written)

@@ -504,8 +504,10 @@ CASES = {
                                    setup=X),
     "run wrong digest": bad(f"run kt.bfb --input x.npy --expect-sha256 {'0' * 64} -o y.npy", "kt.bfb",
                             setup=X),
-    "run output is a folder": bad("run kt.bfb --input x.npy --device cpu -o sub.npy", "sub.npy",
+    "run output is a folder": bad("run kt.bfb --input x.npy --device sim -o sub.npy", "sub.npy", "is a folder",
                                   setup=both(X, lambda t: (t / "sub.npy").mkdir())),
+    "run output is the input": bad("run kt.bfb --input x.npy --device sim -o x.npy", "x.npy", "is the input",
+                                   setup=X),
     # -- program ---------------------------------------------------------------------------------------------------
     "program unknown board": bad("program x.bin --board foo", "foo", setup=write("x.bin", b"\xff" * 8)),
     "program missing file": bad("program gone.bin --board icebreaker", "gone.bin"),

@@ -447,10 +447,9 @@ def relocate(exc: BaseException, staged: PathLike, final: PathLike) -> BaseExcep
 
 # -- files ----------------------------------------------------------------------------------------------------
 
-def write_file(path: PathLike, write: Callable[[BinaryIO], None], *, inputs: Sequence[PathLike] = (),
-               option: str = "-o") -> Path:
-    """Write a file through a temporary file beside it and a rename: readers see the old file or the new one,
-    never half. Refuses a path that is a folder or is one of ``inputs``. Returns the real path written."""
+def check_file(path: PathLike, *, inputs: Sequence[PathLike] = (), option: str = "-o") -> Path:
+    """The checks of :func:`write_file`, for a command to run before its long work: an empty name, a folder, an
+    input, a path too long. Returns the real path."""
     text = os.fspath(path)
     if not text.strip():
         raise OutputError(f"{option} is empty: name the output file")
@@ -464,6 +463,14 @@ def write_file(path: PathLike, write: Callable[[BinaryIO], None], *, inputs: Seq
             raise OutputError(f"{option} {shown}: is the input {given}; writing it would destroy the input. Choose "
                               "another file name")
     _check_room(real, shown, option, NAME_RESERVE, 0)
+    return real
+
+
+def write_file(path: PathLike, write: Callable[[BinaryIO], None], *, inputs: Sequence[PathLike] = (),
+               option: str = "-o") -> Path:
+    """Write a file through a temporary file beside it and a rename: readers see the old file or the new one,
+    never half. Refuses a path that is a folder or is one of ``inputs``. Returns the real path written."""
+    real = check_file(path, inputs=inputs, option=option)
     created = _make_parents(real.parent)
     clean_stale(real.parent)
     tmp = _temp_name(real, "tmp")

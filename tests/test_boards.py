@@ -520,7 +520,6 @@ def test_program_takes_an_out_folder(no_tools, tmp_path, capsys):
     (["flow", "kan-tracker", "-o", "OUT", "--board", "nano"], "unknown board 'nano'"),
     (["flow", "kan-tracker", "-o", "OUT", "--target", "ecp5-85f", "--baud", "9600"], "--baud sets the UART"),
     (["flow", "kan-tracker", "-o", "OUT", "--board", "icebreaker", "--baud", "5000000"], "too fast"),
-    (["flow", "learn:t1", "-o", "OUT", "--board", "ulx3s"], "online learners"),
     (["implement", "OUT", "--baud", "9600", "--target", "ecp5-85f"], "--baud sets the UART"),
     (["implement", "OUT"], "--target T .* or --board B"),
     (["program", "x.bin", "--board", "icebreaker", "--flash", "--sram"], "not allowed with"),

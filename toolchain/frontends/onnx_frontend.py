@@ -48,6 +48,7 @@ from ..ir import (
     TensorSpec,
     validate,
 )
+from .recurrent import ONNX_RECURRENT, recurrent_message
 
 __all__ = ["OnnxFrontendError", "load_onnx", "from_onnx_model", "SUPPORTED_OPS", "QONNX_DOMAINS"]
 
@@ -324,6 +325,10 @@ class _Translator:
 
     # -- driver -------------------------------------------------------------------------------------
     def run(self) -> Graph:
+        for self.index, self.node in enumerate(self.g.node):
+            if self.node.domain in ("", "ai.onnx") and self.node.op_type in ONNX_RECURRENT:
+                raise self._fail(recurrent_message(self.node.op_type))
+        self.node = None
         self._read_initializers()
         inputs = self._read_inputs()
         handlers: dict[str, Callable[[onnx.NodeProto], None]] = {

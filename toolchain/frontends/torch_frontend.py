@@ -30,6 +30,7 @@ from ..errors import BitforgeError
 from ..fixed import FixedType, Overflow
 from ..weight_codes import WEIGHT_CODES_KEY, weight_code_counts
 from .pt2_archive import ArchiveError, logged_cause, quiet_torch_export_logs, read_archive
+from .recurrent import ATEN_RECURRENT, recurrent_message
 
 __all__ = ["FrontendError", "from_torch", "load_pt2", "from_exported", "DEFAULT_BASIS_TYPE",
            "SUPPORTED_MODULES", "SUPPORTED_OPS"]
@@ -164,6 +165,9 @@ class _Converter:
 
     # -- plumbing ----------------------------------------------------------------------------------
     def run(self) -> ir.Graph:
+        for node in self.ep.graph.nodes:
+            if node.op == "call_function" and _op_name(node.target).replace("::", ".").startswith(ATEN_RECURRENT):
+                raise FrontendError(f"{_where(node)}: {recurrent_message(_op_name(node.target))}")
         state = {**self.ep.state_dict, **self.ep.constants}
         kinds = {s.arg.name: s for s in self.ep.graph_signature.input_specs}
         outputs: list[str] = []

@@ -73,16 +73,10 @@ def cmd_emulate(args: argparse.Namespace) -> int:
             from .console import note
             note(f"{args.out} is a 'bitforge learn' output: predicting with its learned state, {learner}")
         g = load_learner(learner).inference_graph(float_input=True)
+    from ..runtime.batch_run import read_input
+
     path = Path(args.input)
-    if not path.is_file():
-        raise BitforgeError(f"{path}: no such file; --input takes a .npy array of shape (batch, features)")
-    try:
-        x = np.load(path, allow_pickle=False)
-    except (ValueError, EOFError, OSError) as e:
-        why = ("it holds pickled Python objects, or is not a .npy file at all" if "allow_pickle" in str(e) else
-               f"{type(e).__name__}: {e}")
-        raise BitforgeError(f"{path}: not a readable .npy array ({why}); --input takes a numeric array written by "
-                            "numpy.save, shape (batch, features)") from None
+    x = read_input(path)  # the same checks as bitforge run's --input: no pickle, numbers only
     spec = g.tensors[g.inputs[0]]
     if x.ndim == len(spec.shape):
         x = x[None]
@@ -181,7 +175,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 # -- run -------------------------------------------------------------------------------------------
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .console import counted_progress, note
+    from .console import counted_progress
     from ..runtime.batch_run import run_bundle
 
     bar, advance = counted_progress(f"run on {args.device}")

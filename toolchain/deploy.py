@@ -204,20 +204,27 @@ def collect(out: PathLike, board: Optional[str] = None) -> tuple[Manifest, dict[
     where = out / "rtl" / "manifest.json"
     man = read_json_object(where, DeployError, redo)
     device = _device(out, man, g, redo)
-    folder = _Folder(out)
-    for rel in REQUIRED:
-        folder.add(rel, "bitforge deploy", redo)
-    rtl_files = man.get("files")
-    if not isinstance(rtl_files, list):
-        raise DeployError(f"{where}: 'files' should be a list of paths; {redo}")
-    for rel in sorted(set(rtl_files) | set(device.files), key=str):
-        folder.add(rel, str(where), redo)
+    folder = _folder_with(out, REQUIRED, man, where, device, redo)
     manifest = Manifest(bitforge_version=bitforge_version(), protocol_version=_protocol_version(man, where, redo),
                         model_name=g.name, model_id=identity.model_id(g), arch_id=identity.arch_id(g),
                         inputs=tuple(tensor_format(g.tensors[n]) for n in g.inputs),
                         outputs=tuple(tensor_format(g.tensors[n]) for n in g.outputs), device=device,
                         board=None if board is None else _board(out, report, board, folder))
     return manifest, folder.files
+
+
+def _folder_with(out: Path, required, man: dict, where: Path, device: Device, redo: str) -> "_Folder":
+    """The members every bundle of ``out`` takes: ``required``, then the Verilog the RTL manifest and the device
+    name (each checked by ``_Folder.add``)."""
+    folder = _Folder(out)
+    for rel in required:
+        folder.add(rel, "bitforge deploy", redo)
+    rtl_files = man.get("files")
+    if not isinstance(rtl_files, list):
+        raise DeployError(f"{where}: 'files' should be a list of paths; {redo}")
+    for rel in sorted(set(rtl_files) | set(device.files), key=str):
+        folder.add(rel, str(where), redo)
+    return folder
 
 
 def _collect_learner(out: Path, board: Optional[str]) -> tuple[Manifest, dict[str, bytes]]:
@@ -257,14 +264,7 @@ def _collect_learner(out: Path, board: Optional[str]) -> tuple[Manifest, dict[st
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in words):
         raise DeployError(f"{where}: device.hello.state_word_bits and state_words should be positive integers (a "
                           f"learner reads its state back), found {words[0]!r} and {words[1]!r}; {redo}")
-    folder = _Folder(out)
-    for rel in LEARNER_REQUIRED:
-        folder.add(rel, "bitforge deploy", redo)
-    rtl_files = man.get("files")
-    if not isinstance(rtl_files, list):
-        raise DeployError(f"{where}: 'files' should be a list of paths; {redo}")
-    for rel in sorted(set(rtl_files) | set(device.files), key=str):
-        folder.add(rel, str(where), redo)
+    folder = _folder_with(out, LEARNER_REQUIRED, man, where, device, redo)
     info = learner_info(learner, *words)
     manifest = Manifest(bitforge_version=bitforge_version(), protocol_version=_protocol_version(man, where, redo),
                         model_name=learner.graph.name, model_id=mid, arch_id=aid, inputs=(info.x,),

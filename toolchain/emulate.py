@@ -10,25 +10,39 @@ products.
 """
 from __future__ import annotations
 
-from typing import Mapping, Union
+import math
+from typing import Mapping, Optional, Union
 
 import numpy as np
 
-from . import fixed
+from . import fixed, tables
 from .bspline import basis_table, bspline_basis_float, cell_and_u
 from .fixed import FixedType
 from .ir import (
     Add,
+    ArgMax,
+    Clip,
+    Concat,
+    Conv,
     Dense,
     Graph,
+    HardSigmoid,
     IRError,
     KANLayer,
+    LeakyReLU,
     LowRankDense,
     Node,
+    Pool,
     Quantize,
     ReLU,
     Requantize,
+    Reshape,
+    ScaleShift,
+    Softmax,
+    Table,
+    Transpose,
 )
+from .windows import gather_windows, window_indices
 
 EXACT_F64 = float(2 ** 53)
 
@@ -82,7 +96,168 @@ def _run_fixed(g: Graph, n: Node, args: list[np.ndarray]) -> np.ndarray:
                            n.need("accum_type", EmulationError), out)
     if isinstance(n, KANLayer):
         return kan_fixed(n, x, out)
-    raise EmulationError(f"{n.describe()}: no golden-model rule for op {n.OP}")
+    rule = _FIXED_RULES.get(n.OP)
+    if rule is None:
+        raise EmulationError(f"{n.describe()}: no golden-model rule for op {n.OP}")
+    return rule(g, n, args, ins, out)
+
+
+# -- the ops of the models people bring (docs/ir.md has each rule in words) ----------------------------------
+
+def exact_type(q: np.ndarray, frac: int) -> FixedType:
+    """A signed type wide enough for every code in ``q`` at ``frac``: what ``fixed.requantize`` needs to know
+    about an exact intermediate (it picks int64 or Python ints from the width)."""
+    if q.size == 0:
+        return FixedType(2, 2 - frac)
+    lo, hi = int(q.min()), int(q.max())
+    width = max(fixed.signed_bits(lo), fixed.signed_bits(hi)) + 1
+    return FixedType(width, width - frac)
+
+
+def requantize_exact(q: np.ndarray, frac: int, out: FixedType) -> np.ndarray:
+    """Exact codes at ``frac`` -> codes of ``out`` (its rounding, then its overflow)."""
+    return fixed.requantize(q, exact_type(q, frac), out)
+
+
+def _windows(n: Node, x: np.ndarray, kernel: tuple[int, ...], pad_value) -> np.ndarray:
+    """(N, C, positions, taps) windows of a (N, C, *spatial) batch."""
+    idx = window_indices(x.shape[2:], kernel, n.stride, n.padding, getattr(n, "dilation", (1,) * len(kernel)))
+    return gather_windows(x, idx, pad_value)
+
+
+def conv_fixed(n: Conv, x: np.ndarray, out_shape: tuple[int, ...], out: FixedType) -> np.ndarray:
+    """Every output position a Dense stage over its window: exact, bias aligned, accumulator overflow."""
+    accum = n.need("accum_type", EmulationError)
+    patches = _windows(n, x, n.kernel, 0)  # (N, C_in, P, K)
+    N, _, P, K = patches.shape
+    cg, og = n.weight.shape[1], n.out_channels // n.groups
+    acc = []
+    for grp in range(n.groups):
+        xs = patches[:, grp * cg:(grp + 1) * cg].transpose(0, 2, 1, 3).reshape(N * P, cg * K)
+        w = n.weight[grp * og:(grp + 1) * og].reshape(og, cg * K).astype(np.int64)
+        acc.append(exact_matmul(xs, w).reshape(N, P, og))
+    acc = np.concatenate(acc, axis=2).transpose(0, 2, 1)  # (N, C_out, P)
+    if n.bias is not None:
+        acc = acc + (np.asarray(n.bias, dtype=np.int64) << (accum.frac - n.bias_type.frac))[None, :, None]
+    acc = fixed.apply_overflow(acc, accum)
+    return fixed.requantize(acc, accum, out).reshape(N, *out_shape)
+
+
+def pool_divisors(n: Pool, in_spatial: tuple[int, ...]) -> np.ndarray:
+    """(positions,) the divisor of every average window: the whole kernel, or only its real elements."""
+    idx = window_indices(in_spatial, n.kernel, n.stride, n.padding, (1,) * len(n.kernel))
+    return np.full(len(idx), idx.shape[1], dtype=np.int64) if n.count_include_pad else (idx >= 0).sum(axis=1)
+
+
+def pool_reciprocals(n: Pool, in_spatial: tuple[int, ...]) -> np.ndarray:
+    """(positions,) ``R_n = round(2**recip_frac / n)``, ties to even: the average's constant multipliers."""
+    return _round_div(1 << n.recip_frac, pool_divisors(n, in_spatial))
+
+
+def _round_div(a: int, d: np.ndarray) -> np.ndarray:
+    """round(a / d) for positive integers, ties to even (exact integer arithmetic)."""
+    q, r = np.divmod(np.int64(a), d)
+    up = (2 * r > d) | ((2 * r == d) & (q % 2 == 1))
+    return q + up.astype(np.int64)
+
+
+def pool_fixed(n: Pool, x: np.ndarray, xt: FixedType, out_shape: tuple[int, ...], out: FixedType) -> np.ndarray:
+    N = x.shape[0]
+    if n.mode == "max":
+        w = _windows(n, x, tuple(n.kernel), xt.min_code - 1)  # padding never wins: a window has a real element
+        return fixed.requantize(w.max(axis=3), xt, out).reshape(N, *out_shape)
+    w = _windows(n, x, tuple(n.kernel), 0)
+    sums = w.sum(axis=3)  # (N, C, P): exact (object arrays stay Python ints)
+    prod = sums * pool_reciprocals(n, x.shape[2:])[None, None, :]
+    return requantize_exact(prod, xt.frac + n.recip_frac, out).reshape(N, *out_shape)
+
+
+def _channel(a: np.ndarray, ndim: int) -> np.ndarray:
+    """A per-channel (C,) or scalar (1,) array shaped to broadcast over (N, C, *rest) of ``ndim`` axes."""
+    return np.asarray(a).reshape((1, -1) + (1,) * (ndim - 2))
+
+
+def scale_shift_fixed(n: ScaleShift, x: np.ndarray, xt: FixedType, out: FixedType) -> np.ndarray:
+    accum = n.need("accum_type", EmulationError)
+    acc = _scale_product(x, n.scale, xt, n.scale_type)
+    if n.shift is not None:
+        acc = acc + _channel(np.asarray(n.shift, dtype=np.int64) << (accum.frac - n.shift_type.frac), x.ndim)
+    acc = fixed.apply_overflow(acc, accum)
+    return fixed.requantize(acc, accum, out)
+
+
+def _scale_product(x: np.ndarray, scale: np.ndarray, xt: FixedType, st: FixedType) -> np.ndarray:
+    """x * scale[c] exactly: int64 while the product type fits, else Python ints."""
+    wide = x.dtype == object or xt.width + st.width > fixed.INT64_SAFE_BITS
+    xs = fixed.int_array(x, 64 if wide else 0)
+    return xs * _channel(fixed.int_array(scale, 64 if wide else 0), x.ndim)
+
+
+def leaky_relu_fixed(n: LeakyReLU, x: np.ndarray, xt: FixedType, out: FixedType) -> np.ndarray:
+    neg = _scale_product(x, n.alpha, xt, n.alpha_type)
+    pos = fixed.int_array(x, 64 if neg.dtype == object else 0) << n.alpha_type.frac
+    return requantize_exact(np.where(x >= 0, pos, neg), xt.frac + n.alpha_type.frac, out)
+
+
+def clip_codes(n: Clip, xt: FixedType) -> tuple[Optional[int], Optional[int]]:
+    """The bounds as codes of the input type: ceil(lo 2**frac), floor(hi 2**frac) (exact for any float)."""
+    from fractions import Fraction
+
+    scale = Fraction(2) ** xt.frac
+    lo = None if n.lo is None else math.ceil(Fraction(n.lo) * scale)
+    hi = None if n.hi is None else math.floor(Fraction(n.hi) * scale)
+    return lo, hi
+
+
+def clip_fixed(n: Clip, x: np.ndarray, xt: FixedType, out: FixedType) -> np.ndarray:
+    lo, hi = clip_codes(n, xt)
+    y = x
+    if lo is not None:
+        y = np.where(y < lo, lo, y)
+    if hi is not None:
+        y = np.where(y > hi, hi, y)
+    return fixed.requantize(fixed.int_array(y, xt.width + 1), xt, out)
+
+
+def hard_sigmoid_fixed(n: HardSigmoid, x: np.ndarray, xt: FixedType, out: FixedType) -> np.ndarray:
+    at = n.alpha_type
+    f = xt.frac + at.frac
+    xs = fixed.int_array(x, xt.width + at.width + 2)
+    t = xs * n.alpha_code + (n.beta_code << xt.frac)  # validate: frac(x) >= 0
+    one = 1 << f
+    t = np.where(t < 0, 0, np.where(t > one, one, t))
+    if n.swish:
+        return requantize_exact(fixed.int_array(xs * t, 2 * xt.width + at.width + 4), xt.frac + f, out)
+    return requantize_exact(t, f, out)
+
+
+def softmax_fixed(n: Softmax, x: np.ndarray, out: FixedType) -> np.ndarray:
+    d = x.max(axis=-1, keepdims=True) - x  # >= 0, exact
+    e = np.asarray(n.exp_table, dtype=np.int64)[np.minimum(d >> n.exp_shift, len(n.exp_table) - 1)]
+    s = e.sum(axis=-1, keepdims=True)
+    r = tables.lookup(s, n.recip_table, n.recip_lo, n.recip_shift)
+    return requantize_exact(e * r, n.exp_type.frac + n.recip_type.frac, out)
+
+
+def concat_fixed(n: Concat, args: list[np.ndarray], ins: list[FixedType], out: FixedType) -> np.ndarray:
+    parts = [fixed.requantize(a, t, out) for a, t in zip(args, ins)]
+    return np.concatenate(parts, axis=n.axis + 1)
+
+
+_FIXED_RULES = {
+    "Conv": lambda g, n, a, ins, out: conv_fixed(n, a[0], g.tensors[n.output].shape, out),
+    "Pool": lambda g, n, a, ins, out: pool_fixed(n, a[0], ins[0], g.tensors[n.output].shape, out),
+    "ScaleShift": lambda g, n, a, ins, out: scale_shift_fixed(n, a[0], ins[0], out),
+    "LeakyReLU": lambda g, n, a, ins, out: leaky_relu_fixed(n, a[0], ins[0], out),
+    "Clip": lambda g, n, a, ins, out: clip_fixed(n, a[0], ins[0], out),
+    "HardSigmoid": lambda g, n, a, ins, out: hard_sigmoid_fixed(n, a[0], ins[0], out),
+    "Table": lambda g, n, a, ins, out: tables.lookup(a[0], n.table, n.index_lo, n.index_shift),
+    "Softmax": lambda g, n, a, ins, out: softmax_fixed(n, a[0], out),
+    "ArgMax": lambda g, n, a, ins, out: np.argmax(a[0], axis=-1)[..., None].astype(np.int64),
+    "Reshape": lambda g, n, a, ins, out: a[0].reshape(len(a[0]), *g.tensors[n.output].shape),
+    "Transpose": lambda g, n, a, ins, out: a[0].transpose(0, *(p + 1 for p in n.perm)),
+    "Concat": lambda g, n, a, ins, out: concat_fixed(n, a, ins, out),
+}
 
 
 def kan_fixed(n: KANLayer, x: np.ndarray, out: FixedType) -> np.ndarray:
@@ -120,7 +295,58 @@ def _run_float(g: Graph, n: Node, args: list[np.ndarray]) -> np.ndarray:
     if isinstance(n, KANLayer):
         basis = bspline_basis_float(x, n.grid_lo, n.grid_hi, n.grid_size, n.order)  # (N, in, G+k)
         return np.einsum("nij,oij->no", basis, n.coeffs.astype(np.float64)).astype(np.float32)
-    raise EmulationError(f"{n.describe()}: op {n.OP} has no float rule")
+    rule = _FLOAT_RULES.get(n.OP)
+    if rule is None:
+        raise EmulationError(f"{n.describe()}: op {n.OP} has no float rule")
+    return np.asarray(rule(g, n, args), dtype=np.float32)
+
+
+def conv_float(n: Conv, x: np.ndarray, out_shape: tuple[int, ...]) -> np.ndarray:
+    patches = _windows(n, x, n.kernel, np.float32(0))  # (N, C_in, P, K)
+    N, _, P, K = patches.shape
+    cg, og = n.weight.shape[1], n.out_channels // n.groups
+    parts = [np.einsum("ncpk,ock->nop", patches[:, grp * cg:(grp + 1) * cg],
+                       n.weight[grp * og:(grp + 1) * og].reshape(og, cg, K).astype(np.float32))
+             for grp in range(n.groups)]
+    y = np.concatenate(parts, axis=1)
+    if n.bias is not None:
+        y = y + n.bias.astype(np.float32)[None, :, None]
+    return y.reshape(N, *out_shape)
+
+
+def pool_float(n: Pool, x: np.ndarray, out_shape: tuple[int, ...]) -> np.ndarray:
+    if n.mode == "max":
+        return _windows(n, x, tuple(n.kernel), np.float32(-np.inf)).max(axis=3).reshape(len(x), *out_shape)
+    sums = _windows(n, x, tuple(n.kernel), np.float32(0)).sum(axis=3, dtype=np.float32)
+    return (sums / pool_divisors(n, x.shape[2:]).astype(np.float32)).reshape(len(x), *out_shape)
+
+
+def softmax_float(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def hard_sigmoid_float(n: HardSigmoid, x: np.ndarray) -> np.ndarray:
+    h = np.clip(np.float32(n.alpha) * x + np.float32(n.beta), 0, 1)
+    return x * h if n.swish else h
+
+
+_FLOAT_RULES = {
+    "Conv": lambda g, n, a: conv_float(n, a[0], g.tensors[n.output].shape),
+    "Pool": lambda g, n, a: pool_float(n, a[0], g.tensors[n.output].shape),
+    "ScaleShift": lambda g, n, a: a[0] * _channel(n.scale.astype(np.float32), a[0].ndim)
+    + (0 if n.shift is None else _channel(n.shift.astype(np.float32), a[0].ndim)),
+    "LeakyReLU": lambda g, n, a: np.where(a[0] >= 0, a[0], a[0] * _channel(n.alpha.astype(np.float32), a[0].ndim)),
+    "Clip": lambda g, n, a: np.clip(a[0], -np.inf if n.lo is None else np.float32(n.lo),
+                                    np.inf if n.hi is None else np.float32(n.hi)),
+    "HardSigmoid": lambda g, n, a: hard_sigmoid_float(n, a[0]),
+    "Table": lambda g, n, a: tables.function(n.function)(a[0].astype(np.float64)),
+    "Softmax": lambda g, n, a: softmax_float(a[0]),
+    "ArgMax": lambda g, n, a: np.argmax(a[0], axis=-1)[..., None],
+    "Reshape": lambda g, n, a: a[0].reshape(len(a[0]), *g.tensors[n.output].shape),
+    "Transpose": lambda g, n, a: a[0].transpose(0, *(p + 1 for p in n.perm)),
+    "Concat": lambda g, n, a: np.concatenate(a, axis=n.axis + 1),
+}
 
 
 def run(g: Graph, inputs: Union[np.ndarray, Mapping[str, np.ndarray]], keep: bool = False) -> dict[str, np.ndarray]:

@@ -228,7 +228,191 @@ class KANLayer(Node):
         return self.grid_size + self.order
 
 
-OPS: dict[str, type[Node]] = {c.OP: c for c in (Quantize, Requantize, ReLU, Add, Dense, LowRankDense, KANLayer)}
+# -- the ops of the models people bring (issue 18): convolutions, pooling, activations, tables ------------------
+#
+# Per-sample tensors are channels first, as in PyTorch and ONNX: (C, L) for 1-D, (C, H, W) for 2-D data, (C,)
+# for features. "Channel" below is axis 0 of the per-sample shape.
+
+
+@dataclass
+class Conv(Node):
+    """N-D convolution (N = 1 or 2): ``weight`` is ``(C_out, C_in / groups, *kernel)``.
+
+    Every output position is a :class:`Dense` stage over its window (padding reads code 0): exact products,
+    the bias aligned to ``frac(x) + frac(W)``, the sum in ``accum_type``, then requantized to the output type.
+    ``padding`` is ONNX's ``pads``: the begin pad of every spatial axis, then the end pad of every one.
+    """
+
+    OP: ClassVar[str] = "Conv"
+    weight: np.ndarray = None
+    bias: Optional[np.ndarray] = None
+    stride: tuple = (1,)
+    padding: tuple = (0, 0)
+    dilation: tuple = (1,)
+    groups: int = 1
+    weight_type: DType = None
+    bias_type: DType = None
+    accum_type: DType = None
+
+    @property
+    def spatial(self) -> int:
+        return int(self.weight.ndim - 2)
+
+    @property
+    def kernel(self) -> tuple[int, ...]:
+        return tuple(int(k) for k in self.weight.shape[2:])
+
+    @property
+    def out_channels(self) -> int:
+        return int(self.weight.shape[0])
+
+
+@dataclass
+class Pool(Node):
+    """Max or average pooling over windows of the spatial axes (1-D or 2-D), per channel.
+
+    ``mode`` "max": the window's largest code (padding is ignored), requantized. ``mode`` "avg": the exact sum
+    of the window (padding reads 0) times ``R_n = round(2**recip_frac / n)`` (ties to even), ``n`` the
+    window's divisor (all ``prod(kernel)`` elements with ``count_include_pad``, else only the real ones), then
+    requantized from ``frac(x) + recip_frac``. When every divisor is a power of two no larger than
+    ``2**recip_frac`` this is the exact mean. A global pool is a window as large as the input.
+    """
+
+    OP: ClassVar[str] = "Pool"
+    mode: str = "max"
+    kernel: tuple = (2,)
+    stride: tuple = (2,)
+    padding: tuple = (0, 0)
+    count_include_pad: bool = False
+    recip_frac: int = 16
+
+
+@dataclass
+class ScaleShift(Node):
+    """Per-channel ``y = x * scale[c] + shift[c]``: an unfolded BatchNorm, or a requantize multiplier
+    ``M0 * 2**-n`` (``scale`` holds M0, ``scale_type`` has n fractional bits).
+
+    Fixed point: the product is exact at ``frac(x) + frac(scale)``, the shift is aligned to it (its frac must
+    not be finer), the sum is held in ``accum_type`` (overflow applied), then requantized to the output type.
+    """
+
+    OP: ClassVar[str] = "ScaleShift"
+    scale: np.ndarray = None
+    shift: Optional[np.ndarray] = None
+    scale_type: DType = None
+    shift_type: DType = None
+    accum_type: DType = None
+
+
+@dataclass
+class LeakyReLU(Node):
+    """``x`` where ``x >= 0``, else ``x * alpha[c]`` (PReLU: one slope per channel; LeakyReLU: ``alpha`` has
+    one element). Fixed point: exact at ``frac(x) + frac(alpha)`` (a power-of-two slope is exact too), then
+    requantized to the output type."""
+
+    OP: ClassVar[str] = "LeakyReLU"
+    alpha: np.ndarray = None
+    alpha_type: DType = None
+
+
+@dataclass
+class Clip(Node):
+    """``min(max(x, lo), hi)``, then requantized (ReLU6: [0, 6], HardTanh: [-1, 1]). ``lo``/``hi`` are real
+    bounds (None: unbounded); in fixed point they act as codes of the input type: ``ceil(lo * 2**frac)``
+    and ``floor(hi * 2**frac)``."""
+
+    OP: ClassVar[str] = "Clip"
+    lo: Optional[float] = None
+    hi: Optional[float] = None
+
+
+@dataclass
+class HardSigmoid(Node):
+    """``h(x) = min(max(alpha x + beta, 0), 1)`` (ONNX: alpha 0.2, PyTorch: 1/6, beta 0.5). ``swish`` True
+    makes it HardSwish, ``x * h(x)``. Fixed point: ``alpha_code`` and ``beta_code`` are codes of
+    ``alpha_type``; ``t = x * alpha_code + beta_code * 2**frac(x)`` is exact at ``F = frac(x) + frac(alpha)``,
+    clamped to ``[0, 2**F]``; HardSigmoid requantizes ``t`` from F, HardSwish requantizes ``x * t`` from
+    ``frac(x) + F``. ``alpha``/``beta`` keep the real values (the float rule and reports)."""
+
+    OP: ClassVar[str] = "HardSigmoid"
+    alpha: float = 0.2
+    beta: float = 0.5
+    swish: bool = False
+    alpha_type: DType = None
+    alpha_code: int = 0
+    beta_code: int = 0
+
+
+@dataclass
+class Table(Node):
+    """A smooth element-wise function (``function``: see :data:`bitforge.toolchain.tables.FUNCTIONS`) as a
+    lookup table, hls4ml's way. Fixed point: ``i = clamp((x - index_lo) >> index_shift, 0, len(table) - 1)``
+    (floor shift), ``y = table[i]``: ``table`` holds codes of the output type, so the golden model, ONNX
+    (Gather) and RTL (a ROM) compute the same bits. A float node has no table and applies the function."""
+
+    OP: ClassVar[str] = "Table"
+    function: str = "sigmoid"
+    table: Optional[np.ndarray] = None
+    index_lo: int = 0
+    index_shift: int = 0
+
+
+@dataclass
+class Softmax(Node):
+    """Softmax over the last axis, hls4ml's "stable" way with two tables.
+
+    Fixed point: ``d_c = max(x) - x_c`` (codes, >= 0); ``e_c = exp_table[min(d_c >> exp_shift, len - 1)]``
+    (codes of ``exp_type``, ~``exp(-d)``); ``S = sum_c e_c`` exact; ``r = recip_table[clamp((S - recip_lo) >>
+    recip_shift, 0, len - 1)]`` (codes of ``recip_type``, ~``1 / S``); ``y_c`` = ``e_c * r`` requantized from
+    ``frac(exp) + frac(recip)`` to the output type.
+    """
+
+    OP: ClassVar[str] = "Softmax"
+    exp_table: Optional[np.ndarray] = None
+    exp_type: DType = None
+    exp_shift: int = 0
+    recip_table: Optional[np.ndarray] = None
+    recip_type: DType = None
+    recip_lo: int = 0
+    recip_shift: int = 0
+
+
+@dataclass
+class ArgMax(Node):
+    """Index of the largest element of the last axis (the first one on ties), as an integer code of the
+    output type (``ufixed<B,B>``): a classifier's decision without its softmax. Output shape: the input's
+    with the last axis 1."""
+
+    OP: ClassVar[str] = "ArgMax"
+
+
+@dataclass
+class Reshape(Node):
+    """The same elements in C order under the output tensor's shape (Flatten, Reshape): moves no data."""
+
+    OP: ClassVar[str] = "Reshape"
+
+
+@dataclass
+class Transpose(Node):
+    """Permutes the per-sample axes: output axis ``i`` is input axis ``perm[i]`` (wiring in hardware)."""
+
+    OP: ClassVar[str] = "Transpose"
+    perm: tuple = (0,)
+
+
+@dataclass
+class Concat(Node):
+    """Both inputs requantized to the output type, then joined along per-sample ``axis``."""
+
+    OP: ClassVar[str] = "Concat"
+    ARITY: ClassVar[int] = 2
+    axis: int = 0
+
+
+OPS: dict[str, type[Node]] = {c.OP: c for c in (Quantize, Requantize, ReLU, Add, Dense, LowRankDense, KANLayer,
+                                                Conv, Pool, ScaleShift, LeakyReLU, Clip, HardSigmoid, Table,
+                                                Softmax, ArgMax, Reshape, Transpose, Concat)}
 
 
 # -- graph -------------------------------------------------------------------------------------------
@@ -374,11 +558,12 @@ def _graph_from_json(doc: dict, arrays: dict[str, np.ndarray], source: str) -> G
             raise IRError(f"{source}: node '{nd.get('name')}' has unknown op '{nd['op']}'; known: {', '.join(OPS)}")
         kwargs = {}
         types = {f.name for f in dataclasses.fields(cls) if f.type in ("DType",) or f.name.endswith("_type")}
+        tuples = {f.name for f in dataclasses.fields(cls) if isinstance(f.default, tuple)}
         for k, v in nd.get("attributes", {}).items():
             if k in types:
                 kwargs[k] = _parse_dtype(v, f"{source}: node '{nd['name']}' attribute '{k}'") if v is not None else None
             else:
-                kwargs[k] = v
+                kwargs[k] = tuple(v) if k in tuples and isinstance(v, list) else v
         for k, key in nd.get("arrays", {}).items():
             if key not in arrays:
                 raise IRError(f"{source}: node '{nd['name']}' needs array '{key}', missing from weights.safetensors")

@@ -162,4 +162,231 @@ def _check_node(g: Graph, n: Node, ins, out) -> None:
                 raise IRError(f"{n.describe()}: accumulator {n.accum_type} must have frac(coeff) + frac(basis) = "
                               f"{n.coeff_type.frac + n.basis_type.frac} fractional bits")
         return
-    raise IRError(f"{n.describe()}: unknown op")
+    rule = _RULES.get(n.OP)
+    if rule is None:
+        raise IRError(f"{n.describe()}: unknown op")
+    rule(g, n, ins, out)
+
+
+# -- the ops of the models people bring ---------------------------------------------------------------------
+
+def conv_output_shape(n: Node, in_shape: tuple[int, ...], kernel: tuple[int, ...], channels: int) -> tuple[int, ...]:
+    """(channels, *spatial) of a window op (Conv, Pool) on a (C, *spatial) input; raises on a bad geometry."""
+    nd = len(kernel)
+    stride, pads = tuple(n.stride), tuple(n.padding)
+    dilation = tuple(getattr(n, "dilation", (1,) * nd))
+    if len(in_shape) != nd + 1:
+        raise _shape_err(n, "input shape (channels, then one size per spatial axis)", f"{nd + 1} axes", in_shape)
+    if len(stride) != nd or len(dilation) != nd or len(pads) != 2 * nd:
+        raise IRError(f"{n.describe()}: {nd}-D window needs {nd} strides, {nd} dilations and {2 * nd} pads "
+                      f"(all begins, then all ends), found {stride}, {dilation}, {pads}")
+    if min(stride) < 1 or min(dilation) < 1 or min(pads) < 0 or min(kernel) < 1:
+        raise IRError(f"{n.describe()}: strides, dilations and kernel sizes must be >= 1 and pads >= 0")
+    out = []
+    for a in range(nd):
+        span = dilation[a] * (kernel[a] - 1) + 1
+        size = in_shape[1 + a] + pads[a] + pads[nd + a] - span
+        if size < 0:
+            raise IRError(f"{n.describe()}: window of {span} on spatial axis {a} is larger than the padded input "
+                          f"({in_shape[1 + a]} + {pads[a]} + {pads[nd + a]})")
+        out.append(size // stride[a] + 1)
+    return (channels, *out)
+
+
+def _check_same_kind(n: Node, x, out) -> None:
+    if x.is_float != out.is_float:
+        raise IRError(f"{n.describe()}: input is {x.type_str()} but output is {out.type_str()}")
+
+
+def _check_per_channel(n: Node, field: str, a, x, allow_scalar: bool) -> None:
+    c = x.shape[0] if x.shape else 1
+    if a is None or a.ndim != 1 or not (a.shape[0] == c or (allow_scalar and a.shape[0] == 1)):
+        want = f"({c},)" + (" or (1,)" if allow_scalar else "")
+        raise _shape_err(n, f"'{field}' (one value per channel, axis 0)", want, None if a is None else a.shape)
+
+
+def _check_conv(g: Graph, n: Node, ins, out) -> None:
+    x, w = ins[0], n.weight
+    if w is None or w.ndim not in (3, 4):
+        raise IRError(f"{n.describe()}: weight must be (C_out, C_in / groups, *kernel) with 1 or 2 spatial axes")
+    if n.groups < 1 or x.shape[0] % n.groups or w.shape[0] % n.groups:
+        raise IRError(f"{n.describe()}: groups={n.groups} must divide the input channels {x.shape[0]} and the "
+                      f"output channels {w.shape[0]}")
+    if w.shape[1] * n.groups != x.shape[0]:
+        raise _shape_err(n, "weight input channels x groups", x.shape[0], f"{w.shape[1]} x {n.groups}")
+    want = conv_output_shape(n, x.shape, tuple(w.shape[2:]), int(w.shape[0]))
+    if out.shape != want:
+        raise _shape_err(n, "output shape", want, out.shape)
+    if n.bias is not None and n.bias.shape != (w.shape[0],):
+        raise _shape_err(n, "bias shape", (w.shape[0],), n.bias.shape)
+    _check_same_kind(n, x, out)
+    if not x.is_float:
+        _check_dense_stage(n, x.dtype, w, n.weight_type, n.bias, n.bias_type, n.accum_type, "")
+
+
+def _check_pool(g: Graph, n: Node, ins, out) -> None:
+    x = ins[0]
+    if n.mode not in ("max", "avg"):
+        raise IRError(f"{n.describe()}: mode must be 'max' or 'avg', found {n.mode!r}")
+    kernel = tuple(n.kernel)
+    if len(kernel) not in (1, 2):
+        raise IRError(f"{n.describe()}: pooling over {len(kernel)} spatial axes; 1 or 2 are supported")
+    want = conv_output_shape(n, x.shape, kernel, x.shape[0] if x.shape else 0)
+    if out.shape != want:
+        raise _shape_err(n, "output shape", want, out.shape)
+    nd = len(kernel)
+    if any(n.padding[a] >= kernel[a] or n.padding[nd + a] >= kernel[a] for a in range(nd)):
+        raise IRError(f"{n.describe()}: pads {tuple(n.padding)} must be smaller than the kernel {kernel} (a window "
+                      "of padding alone has no value)")
+    if not (0 <= n.recip_frac <= 32):
+        raise IRError(f"{n.describe()}: recip_frac {n.recip_frac} out of range (0..32)")
+    _check_same_kind(n, x, out)
+
+
+def _check_scale_shift(g: Graph, n: Node, ins, out) -> None:
+    x = ins[0]
+    if not x.shape or out.shape != x.shape:
+        raise _shape_err(n, "output shape", x.shape, out.shape)
+    _check_per_channel(n, "scale", n.scale, x, allow_scalar=False)
+    if n.shift is not None:
+        _check_per_channel(n, "shift", n.shift, x, allow_scalar=False)
+    _check_same_kind(n, x, out)
+    if not x.is_float:
+        if n.scale_type is None:
+            raise IRError(f"{n.describe()}: fixed-point ScaleShift needs scale_type")
+        _codes_fit(n, "scale", n.scale, n.scale_type)
+        if n.shift is not None:
+            if n.shift_type is None:
+                raise IRError(f"{n.describe()}: shift has no type")
+            _codes_fit(n, "shift", n.shift, n.shift_type)
+        frac = x.dtype.frac + n.scale_type.frac
+        if n.accum_type is not None and n.accum_type.frac != frac:
+            raise IRError(f"{n.describe()}: accumulator {n.accum_type} must have frac(x) + frac(scale) = {frac} "
+                          "fractional bits")
+        if n.shift is not None and n.shift_type.frac > frac:
+            raise IRError(f"{n.describe()}: shift type {n.shift_type} is finer than frac(x) + frac(scale) = {frac}")
+
+
+def _check_elementwise(g: Graph, n: Node, ins, out) -> None:
+    x = ins[0]
+    if out.shape != x.shape:
+        raise _shape_err(n, "output shape", x.shape, out.shape)
+    _check_same_kind(n, x, out)
+
+
+def _check_leaky_relu(g: Graph, n: Node, ins, out) -> None:
+    _check_elementwise(g, n, ins, out)
+    x = ins[0]
+    _check_per_channel(n, "alpha", n.alpha, x, allow_scalar=True)
+    if not x.is_float:
+        if n.alpha_type is None:
+            raise IRError(f"{n.describe()}: fixed-point LeakyReLU needs alpha_type")
+        _codes_fit(n, "alpha", n.alpha, n.alpha_type)
+
+
+def _check_clip(g: Graph, n: Node, ins, out) -> None:
+    _check_elementwise(g, n, ins, out)
+    if n.lo is not None and n.hi is not None and not n.lo <= n.hi:
+        raise IRError(f"{n.describe()}: lower bound {n.lo} above upper bound {n.hi}")
+
+
+def _check_hard_sigmoid(g: Graph, n: Node, ins, out) -> None:
+    _check_elementwise(g, n, ins, out)
+    if not ins[0].is_float:
+        t = n.alpha_type
+        if ins[0].dtype.frac < 0:
+            raise IRError(f"{n.describe()}: input type {ins[0].dtype} has no fractional bits to align beta with; "
+                          "give the input a type with frac >= 0")
+        if t is None:
+            raise IRError(f"{n.describe()}: fixed-point HardSigmoid needs alpha_type for alpha_code and beta_code")
+        for field in ("alpha_code", "beta_code"):
+            v = getattr(n, field)
+            if not isinstance(v, int) or not t.min_code <= v <= t.max_code:
+                raise IRError(f"{n.describe()}: {field} {v!r} is not a code of {t}")
+
+
+def _check_table(g: Graph, n: Node, ins, out) -> None:
+    from .tables import FUNCTIONS  # below the IR; a function import keeps validate free of import cycles
+
+    _check_elementwise(g, n, ins, out)
+    if n.function not in FUNCTIONS:
+        raise IRError(f"{n.describe()}: unknown function {n.function!r}; known: {', '.join(sorted(FUNCTIONS))}")
+    if not ins[0].is_float:
+        if n.table is None or n.table.ndim != 1 or len(n.table) < 1:
+            raise IRError(f"{n.describe()}: a fixed-point Table needs its 1-D table of output codes (the "
+                          "quantization pass builds it)")
+        _codes_fit(n, "table", n.table, out.dtype)
+        if n.index_shift < 0:
+            raise IRError(f"{n.describe()}: index_shift {n.index_shift} is negative")
+
+
+def _check_softmax(g: Graph, n: Node, ins, out) -> None:
+    _check_elementwise(g, n, ins, out)
+    if not ins[0].shape:
+        raise IRError(f"{n.describe()}: softmax of a scalar")
+    if not ins[0].is_float:
+        for table, t in (("exp_table", n.exp_type), ("recip_table", n.recip_type)):
+            a = getattr(n, table)
+            if a is None or t is None or a.ndim != 1 or len(a) < 1:
+                raise IRError(f"{n.describe()}: fixed-point Softmax needs {table} and its type (the quantization "
+                              "pass builds them)")
+            if t.signed:
+                raise IRError(f"{n.describe()}: {table} type {t} must be unsigned (ufixed)")
+            _codes_fit(n, table, a, t)
+        if n.exp_shift < 0 or n.recip_shift < 0:
+            raise IRError(f"{n.describe()}: table index shifts must be >= 0")
+
+
+def _check_argmax(g: Graph, n: Node, ins, out) -> None:
+    x = ins[0]
+    if not x.shape or out.shape != x.shape[:-1] + (1,):
+        raise _shape_err(n, "output shape (the input's, last axis 1)", x.shape[:-1] + (1,), out.shape)
+    if not out.is_float:
+        t = out.dtype
+        if t.frac != 0 or t.max_code < x.shape[-1] - 1:
+            raise IRError(f"{n.describe()}: output type {t} must hold the indices 0..{x.shape[-1] - 1} as "
+                          f"integers (e.g. ufixed<{max(1, (x.shape[-1] - 1).bit_length())},"
+                          f"{max(1, (x.shape[-1] - 1).bit_length())}>)")
+    elif not x.is_float:
+        raise IRError(f"{n.describe()}: fixed-point input needs a fixed-point (integer) output")
+
+
+def _check_reshape(g: Graph, n: Node, ins, out) -> None:
+    x = ins[0]
+    if int(np.prod(x.shape)) != int(np.prod(out.shape)):
+        raise _shape_err(n, "element count", int(np.prod(x.shape)), f"{int(np.prod(out.shape))} {out.shape}")
+    if x.dtype != out.dtype:
+        raise IRError(f"{n.describe()}: moves data only, so the output type must be the input's ({x.type_str()}), "
+                      f"found {out.type_str()}")
+
+
+def _check_transpose(g: Graph, n: Node, ins, out) -> None:
+    x = ins[0]
+    perm = tuple(n.perm)
+    if sorted(perm) != list(range(len(x.shape))):
+        raise IRError(f"{n.describe()}: perm {perm} is not a permutation of the {len(x.shape)} per-sample axes")
+    want = tuple(x.shape[p] for p in perm)
+    if out.shape != want:
+        raise _shape_err(n, "output shape", want, out.shape)
+    if x.dtype != out.dtype:
+        raise IRError(f"{n.describe()}: moves data only, so the output type must be the input's ({x.type_str()}), "
+                      f"found {out.type_str()}")
+
+
+def _check_concat(g: Graph, n: Node, ins, out) -> None:
+    a, b = ins
+    if len(a.shape) != len(b.shape) or not 0 <= n.axis < len(a.shape):
+        raise IRError(f"{n.describe()}: axis {n.axis} does not fit operands {a.shape} and {b.shape}")
+    rest = [s for i, s in enumerate(a.shape) if i != n.axis], [s for i, s in enumerate(b.shape) if i != n.axis]
+    if rest[0] != rest[1]:
+        raise _shape_err(n, f"operand shapes off axis {n.axis}", a.shape, b.shape)
+    want = tuple(a.shape[i] + b.shape[i] if i == n.axis else a.shape[i] for i in range(len(a.shape)))
+    if out.shape != want:
+        raise _shape_err(n, "output shape", want, out.shape)
+    if len({t.is_float for t in (a, b, out)}) != 1:
+        raise IRError(f"{n.describe()}: operands and result must all be fixed or all float")
+
+
+_RULES = {"Conv": _check_conv, "Pool": _check_pool, "ScaleShift": _check_scale_shift, "LeakyReLU": _check_leaky_relu,
+          "Clip": _check_clip, "HardSigmoid": _check_hard_sigmoid, "Table": _check_table, "Softmax": _check_softmax,
+          "ArgMax": _check_argmax, "Reshape": _check_reshape, "Transpose": _check_transpose, "Concat": _check_concat}

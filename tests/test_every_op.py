@@ -144,15 +144,164 @@ def float_kan(rng) -> ir.Graph:
     return _graph("float_kan", [ir.TensorSpec("x", (3,))], [(node, ir.TensorSpec("y", (2,)))])
 
 
+# The ops of the models people bring. Each builder makes the op's awkward cases happen: padding, strides and
+# groups for Conv, a divisor that is not a power of two for the average pool, negative codes for the slopes.
+IMG = (3, 5, 4)  # (C, H, W)
+
+
+def _one(name: str, x: ir.TensorSpec, node: ir.Node, out_shape, out_type) -> ir.Graph:
+    return _graph(name, [x], [(node, ir.TensorSpec("y", tuple(out_shape), out_type))])
+
+
+def fixed_conv(rng) -> ir.Graph:
+    wt, bt = T("fixed<5,1>"), T("fixed<8,3>")
+    node = ir.Conv("conv", ("x",), ("y",), weight=_codes(rng, wt, (4, 1, 3, 2)), bias=_codes(rng, bt, 4),
+                   stride=(2, 1), padding=(1, 0, 1, 1), dilation=(1, 2), groups=2, weight_type=wt, bias_type=bt)
+    x = ir.TensorSpec("x", (2, 5, 4), X8)
+    return _one("op_conv", x, node, (4, 3, 3), OUT)
+
+
+def fixed_pool(rng) -> ir.Graph:
+    node = ir.Pool("pool", ("x",), ("y",), mode="avg", kernel=(3, 2), stride=(2, 2), padding=(1, 0, 1, 1),
+                   count_include_pad=False, recip_frac=12)
+    return _one("op_pool", ir.TensorSpec("x", IMG, X8), node, (3, 3, 3), OUT)
+
+
+def fixed_scale_shift(rng) -> ir.Graph:
+    st, ht = T("fixed<9,2>"), T("fixed<8,3>")
+    node = ir.ScaleShift("bn", ("x",), ("y",), scale=_codes(rng, st, 3), shift=_codes(rng, ht, 3), scale_type=st,
+                         shift_type=ht)
+    return _one("op_scale_shift", ir.TensorSpec("x", (3, 4), X8), node, (3, 4), OUT)
+
+
+def fixed_leaky_relu(rng) -> ir.Graph:
+    at = T("fixed<6,0>")
+    node = ir.LeakyReLU("prelu", ("x",), ("y",), alpha=np.array([3, -5, 13]), alpha_type=at)
+    return _one("op_leaky_relu", ir.TensorSpec("x", (3, 4), X8), node, (3, 4), OUT)
+
+
+def fixed_clip(rng) -> ir.Graph:
+    node = ir.Clip("relu6", ("x",), ("y",), lo=-1.3, hi=6.0)  # -1.3 is no code: ceil to the input's grid
+    return _one("op_clip", ir.TensorSpec("x", (6,), X8), node, (6,), T("fixed<7,4,RND,SAT>"))
+
+
+def fixed_hard_sigmoid(rng) -> ir.Graph:
+    at = T("fixed<14,2>")
+    node = ir.HardSigmoid("hswish", ("x",), ("y",), alpha=1 / 6, beta=0.5, swish=True, alpha_type=at,
+                          alpha_code=round(2 ** 12 / 6), beta_code=2 ** 11)
+    return _one("op_hard_sigmoid", ir.TensorSpec("x", (6,), X8), node, (6,), OUT)
+
+
+def fixed_table(rng) -> ir.Graph:
+    from bitforge.toolchain.tables import build_table
+
+    yt = T("ufixed<8,0,RND_CONV,SAT>")
+    t = build_table("sigmoid", X8, -100, 90, yt, size=64)  # 191 codes in buckets of 4: the index shifts
+    node = ir.Table("sigmoid", ("x",), ("y",), function="sigmoid", table=t.table, index_lo=t.index_lo,
+                    index_shift=t.index_shift)
+    return _one("op_table", ir.TensorSpec("x", (6,), X8), node, (6,), yt)
+
+
+def fixed_softmax(rng) -> ir.Graph:
+    from bitforge.toolchain.tables import softmax_tables
+
+    st = softmax_tables(X8, 5, T("ufixed<12,1,RND_CONV,SAT>"), T("ufixed<12,1,RND_CONV,SAT>"), size=256)
+    node = ir.Softmax("softmax", ("x",), ("y",), exp_table=st.exp_table, exp_type=st.exp_type,
+                      exp_shift=st.exp_shift, recip_table=st.recip_table, recip_type=st.recip_type,
+                      recip_lo=st.recip_lo, recip_shift=st.recip_shift)
+    return _one("op_softmax", ir.TensorSpec("x", (5,), X8), node, (5,), T("ufixed<10,1,RND_CONV,SAT>"))
+
+
+def fixed_argmax(rng) -> ir.Graph:
+    return _one("op_argmax", ir.TensorSpec("x", (6,), T("fixed<3,1>")),  # few codes: ties happen
+                ir.ArgMax("argmax", ("x",), ("y",)), (1,), T("ufixed<3,3>"))
+
+
+def fixed_reshape(rng) -> ir.Graph:
+    return _one("op_reshape", ir.TensorSpec("x", (2, 3), X8), ir.Reshape("flatten", ("x",), ("y",)), (6,), X8)
+
+
+def fixed_transpose(rng) -> ir.Graph:
+    return _one("op_transpose", ir.TensorSpec("x", (2, 3, 2), X8),
+                ir.Transpose("transpose", ("x",), ("y",), perm=(2, 0, 1)), (2, 2, 3), X8)
+
+
+def fixed_concat(rng) -> ir.Graph:
+    return _graph("op_concat", [ir.TensorSpec("a", (2, 3), X8), ir.TensorSpec("b", (1, 3), T("fixed<6,1>"))],
+                  [(ir.Concat("concat", ("a", "b"), ("y",), axis=0), ir.TensorSpec("y", (3, 3), OUT))])
+
+
+def float_conv(rng) -> ir.Graph:
+    node = ir.Conv("conv", ("x",), ("y",), weight=_f(rng, 4, 1, 3, 2), bias=_f(rng, 4), stride=(2, 1),
+                   padding=(1, 0, 1, 1), dilation=(1, 2), groups=2)
+    return _one("float_conv", ir.TensorSpec("x", (2, 5, 4)), node, (4, 3, 3), None)
+
+
+def float_pool(rng) -> ir.Graph:
+    node = ir.Pool("pool", ("x",), ("y",), mode="max", kernel=(3, 2), stride=(2, 2), padding=(1, 0, 1, 1))
+    return _one("float_pool", ir.TensorSpec("x", IMG), node, (3, 3, 3), None)
+
+
+def float_scale_shift(rng) -> ir.Graph:
+    node = ir.ScaleShift("bn", ("x",), ("y",), scale=_f(rng, 3), shift=_f(rng, 3))
+    return _one("float_scale_shift", ir.TensorSpec("x", (3, 4)), node, (3, 4), None)
+
+
+def float_leaky_relu(rng) -> ir.Graph:
+    node = ir.LeakyReLU("leaky", ("x",), ("y",), alpha=np.array([0.01], dtype=np.float32))
+    return _one("float_leaky_relu", ir.TensorSpec("x", (3, 4)), node, (3, 4), None)
+
+
+def float_clip(rng) -> ir.Graph:
+    return _one("float_clip", ir.TensorSpec("x", (6,)), ir.Clip("relu6", ("x",), ("y",), lo=0.0, hi=6.0), (6,), None)
+
+
+def float_hard_sigmoid(rng) -> ir.Graph:
+    return _one("float_hard_sigmoid", ir.TensorSpec("x", (6,)),
+                ir.HardSigmoid("hsig", ("x",), ("y",), alpha=0.2, beta=0.5), (6,), None)
+
+
+def float_table(rng) -> ir.Graph:
+    return _one("float_table", ir.TensorSpec("x", (6,)), ir.Table("gelu", ("x",), ("y",), function="gelu"), (6,), None)
+
+
+def float_softmax(rng) -> ir.Graph:
+    return _one("float_softmax", ir.TensorSpec("x", (5,)), ir.Softmax("softmax", ("x",), ("y",)), (5,), None)
+
+
+def float_argmax(rng) -> ir.Graph:
+    return _one("float_argmax", ir.TensorSpec("x", (6,)), ir.ArgMax("argmax", ("x",), ("y",)), (1,), None)
+
+
+def float_reshape(rng) -> ir.Graph:
+    return _one("float_reshape", ir.TensorSpec("x", (2, 3)), ir.Reshape("flatten", ("x",), ("y",)), (6,), None)
+
+
+def float_transpose(rng) -> ir.Graph:
+    return _one("float_transpose", ir.TensorSpec("x", (2, 3, 2)),
+                ir.Transpose("transpose", ("x",), ("y",), perm=(2, 0, 1)), (2, 2, 3), None)
+
+
+def float_concat(rng) -> ir.Graph:
+    return _graph("float_concat", [ir.TensorSpec("a", (2, 3)), ir.TensorSpec("b", (1, 3))],
+                  [(ir.Concat("concat", ("a", "b"), ("y",), axis=0), ir.TensorSpec("y", (3, 3)))])
+
+
 #: op -> a small graph with that op on fixed-point tensors (the one node under test is the graph's last).
 FIXED: dict[str, Callable[[np.random.Generator], ir.Graph]] = {
     "Quantize": fixed_quantize, "Requantize": fixed_requantize, "ReLU": fixed_relu, "Add": fixed_add,
     "Dense": fixed_dense, "LowRankDense": fixed_low_rank_dense, "KANLayer": fixed_kan,
+    "Conv": fixed_conv, "Pool": fixed_pool, "ScaleShift": fixed_scale_shift, "LeakyReLU": fixed_leaky_relu,
+    "Clip": fixed_clip, "HardSigmoid": fixed_hard_sigmoid, "Table": fixed_table, "Softmax": fixed_softmax,
+    "ArgMax": fixed_argmax, "Reshape": fixed_reshape, "Transpose": fixed_transpose, "Concat": fixed_concat,
 }
 #: op -> the same on float tensors.
 FLOAT: dict[str, Callable[[np.random.Generator], ir.Graph]] = {
     "ReLU": float_relu, "Add": float_add, "Dense": float_dense, "LowRankDense": float_low_rank_dense,
     "KANLayer": float_kan,
+    "Conv": float_conv, "Pool": float_pool, "ScaleShift": float_scale_shift, "LeakyReLU": float_leaky_relu,
+    "Clip": float_clip, "HardSigmoid": float_hard_sigmoid, "Table": float_table, "Softmax": float_softmax,
+    "ArgMax": float_argmax, "Reshape": float_reshape, "Transpose": float_transpose, "Concat": float_concat,
 }
 #: (op, stage) -> why that stage deliberately has no rule for the op. Stage "float": the op has no float form.
 UNSUPPORTED: dict[tuple[str, str], str] = {
@@ -162,6 +311,8 @@ UNSUPPORTED: dict[tuple[str, str], str] = {
                          "input Quantize, so a Quantize alone leaves no hardware)",
     ("Add", "rtl"): "the RTL backend builds single-input chains of layers; a two-input Add is not a chain "
                     "(docs/rtl.md)",
+    ("Concat", "rtl"): "the RTL backend builds single-input chains of layers; a two-input Concat is not a chain "
+                       "(docs/rtl.md)",
 }
 
 

@@ -1,6 +1,6 @@
 """``bitforge compile``: model in, verified artefacts out.
 
-Stages: load (frontend) -> quantize (when a precision spec is given) -> infer precision -> validate ->
+Stages: load (frontend) -> fold BatchNorms -> quantize (when a precision spec is given) -> infer precision -> validate ->
 backends -> verify against the golden model -> write. Everything is written into a temporary folder
 beside OUT and renamed into place only when every stage, verification included, has passed, so a
 failed or interrupted run never leaves a half-written OUT (:mod:`.outputs`; ``flow`` does the same for
@@ -118,7 +118,9 @@ def prepare(loaded: LoadedModel, precision: Optional[str],
     """Quantize (float models with a spec), infer accumulator types, validate; returns graph and warnings."""
     from .passes.precision import check_precision, infer_precision
 
-    g = loaded.graph
+    from .passes.batchnorm import fold_batchnorm
+
+    g = fold_batchnorm(loaded.graph)  # before quantization: the folded weights are what gets quantized
     if input_range is not None:
         g = g.copy()
         g.metadata["input_range"] = [float(v) for v in input_range]

@@ -1,8 +1,13 @@
 """Named, reproducible models: ``bitforge compile jet-mlp`` needs no checkpoint, only a recipe.
 
 A recipe trains its model from scratch in a few seconds on two CPU cores, deterministically (same seed,
-same ``state_dict``, bit for bit): one thread, a private RNG stream, closed-form data. Nothing is
-cached on disk; a caller that wants the module twice keeps it.
+same ``state_dict``, bit for bit): one thread, a private RNG stream, closed-form data or a data set that
+ships inside an installed package (scikit-learn's digits). Nothing is cached on disk; a caller that wants
+the module twice keeps it.
+
+A recipe scores its float module (:meth:`Recipe.evaluate`) and a compiled graph run by the golden model
+(:meth:`Recipe.evaluate_graph`) on the same held-out samples with the same metrics, so the two numbers
+compare the fixed-point model with the float one it came from.
 """
 from __future__ import annotations
 
@@ -19,7 +24,9 @@ from bitforge.toolchain.fixed import FixedType
 from torch import nn
 from torch.nn import functional as F
 
-from .datasets import JET_CLASSES, JET_FEATURES, jet_like, t1_regime1
+from . import cnn
+from .datasets import (DIGITS_CLASSES, JET_CLASSES, JET_FEATURES, WAVEFORM_CLASSES, digits, jet_like, t1_regime1,
+                       waveforms)
 from .kan import KANLayer
 from .quant import InputQuant, QuantLinear, fake_quant
 
@@ -48,7 +55,10 @@ class Recipe:
     input_range: tuple[float, float]
     train: Callable[[int], nn.Module]
     sample: Callable[[int, int], np.ndarray]
-    score: Callable[[nn.Module, int, int], dict]
+    #: ``(n, seed) -> (inputs, targets)``: held-out samples (at most ``n``) and what the model should give.
+    held_out: Callable[[int, int], tuple[np.ndarray, np.ndarray]]
+    #: ``(outputs, targets) -> {metric: value}``: the same numbers for float and fixed-point outputs.
+    metrics: Callable[[np.ndarray, np.ndarray], dict]
 
     def build(self, seed: int = 0) -> nn.Module:
         """The trained module in eval mode, with ``input_range`` attached for the frontend."""
@@ -67,8 +77,26 @@ class Recipe:
 
     def evaluate(self, module: nn.Module, n: int = 2000, seed: int = EVAL_SEED) -> dict[str, float]:
         """Quality on held-out samples (``accuracy`` for classifiers, ``rmse``/``max_abs_error`` for fits)."""
+        x, targets = self.held_out(n, seed)
         with torch.no_grad():
-            return self.score(module, n, seed)
+            return self.metrics(module(torch.from_numpy(x)).numpy(), targets)
+
+    def evaluate_graph(self, graph, n: int = 2000, seed: int = EVAL_SEED) -> dict[str, float]:
+        """:meth:`evaluate`'s numbers for a bitforge graph (float or fixed point), run by the golden model.
+
+        A graph whose input is fixed point takes codes: the samples are quantized to its type first (as its
+        ``Quantize`` node would, had it kept one). ``graph`` has one input and one output."""
+        from bitforge.toolchain import emulate
+
+        if len(graph.inputs) != 1 or len(graph.outputs) != 1:
+            raise RecipeError(f"{self.name}: evaluate_graph takes a graph with one input and one output; "
+                              f"'{graph.name}' has inputs {graph.inputs} and outputs {graph.outputs}")
+        x, targets = self.held_out(n, seed)
+        t = graph.tensors[graph.inputs[0]].dtype
+        if t is not None:
+            x = fixed.quantize(x, t.with_(overflow="SAT"))
+        out = emulate.run_values(graph, x)[graph.outputs[0]]
+        return self.metrics(np.asarray(out, dtype=np.float64), targets)
 
 
 @contextlib.contextmanager
@@ -192,10 +220,9 @@ def _set_output_types(model: nn.Sequential) -> None:
         layer.output_type = t
 
 
-def _score_classifier(module: nn.Module, n: int, seed: int) -> dict[str, float]:
-    xs, ys = jet_like(n, seed)
-    pred = module(torch.from_numpy(xs)).argmax(dim=1).numpy()
-    return {"accuracy": float((pred == ys).mean())}
+def _accuracy(outputs: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """The share of samples whose largest output (the first on ties, as ``ArgMax``) is the label."""
+    return {"accuracy": float((np.argmax(outputs, axis=-1) == labels).mean())}
 
 
 # -- kan-tracker -------------------------------------------------------------------------------------
@@ -217,10 +244,59 @@ def _train_kan(seed: int) -> nn.Module:
     return nn.Sequential(InputQuant(ACT_TYPE), kan)
 
 
-def _score_regression(module: nn.Module, n: int, seed: int) -> dict[str, float]:
-    xs, ys = t1_regime1(n, seed)
-    err = module(torch.from_numpy(xs)).numpy().astype(np.float64) - ys
+def _fit_errors(outputs: np.ndarray, targets: np.ndarray) -> dict[str, float]:
+    err = outputs.astype(np.float64) - targets
     return {"rmse": float(np.sqrt(np.mean(err ** 2))), "max_abs_error": float(np.abs(err).max())}
+
+
+# -- digits-cnn and signal-cnn -------------------------------------------------------------------------
+
+def _fit_softmax_classifier(model: nn.Sequential, x: np.ndarray, y: np.ndarray, epochs: int, lr: float, seed: int,
+                            batch: int = 64) -> nn.Module:
+    """Adam on cross-entropy of the logits (the model minus its softmax head), cosine learning-rate decay."""
+    net = cnn.logits(model)
+    gen = torch.Generator().manual_seed(seed)
+    xs, ys = torch.from_numpy(x), torch.from_numpy(y)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, epochs)
+    model.train()
+    for _ in range(epochs):
+        for idx in torch.randperm(len(xs), generator=gen).split(batch):
+            loss = F.cross_entropy(net(xs[idx]), ys[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        schedule.step()
+    return model
+
+
+def _train_digits(seed: int) -> nn.Module:
+    """30 epochs over the 1,347 training images (about a second). Test accuracy (450 held-out images) with
+    seeds 0 / 1 / 2: 0.9889 / 0.9867 / 0.9867."""
+    x, y = digits("train")
+    return _fit_softmax_classifier(cnn.digits_cnn(DIGITS_CLASSES), x, y, epochs=30, lr=1e-2, seed=seed)
+
+
+def _digits_sample(n: int, seed: int) -> np.ndarray:
+    """``n`` training images in a seeded order; more than the 1,347 there are repeat some (calibration takes
+    2,048)."""
+    x, _ = digits("train")
+    return x[np.random.default_rng(seed).choice(len(x), size=n, replace=n > len(x))]
+
+
+def _digits_held_out(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The test split: all 450 images when ``n`` >= 450 (``seed`` then only orders them), else a seeded
+    subset of ``n``."""
+    x, y = digits("test")
+    pick = np.random.default_rng(seed).permutation(len(y))[:n]
+    return x[pick], y[pick]
+
+
+def _train_signal(seed: int) -> nn.Module:
+    """15 epochs over 4,000 fresh waveforms (about two seconds). Held-out accuracy with seeds 0 / 1 / 2:
+    0.985 / 0.991 / 0.985."""
+    x, y = waveforms(4000, seed)
+    return _fit_softmax_classifier(cnn.signal_cnn(len(WAVEFORM_CLASSES)), x, y, epochs=15, lr=1e-2, seed=seed)
 
 
 _RECIPES: dict[str, Recipe] = {r.name: r for r in (
@@ -232,7 +308,8 @@ _RECIPES: dict[str, Recipe] = {r.name: r for r in (
         input_range=JET_INPUT_RANGE,
         train=_train_jet,
         sample=lambda n, seed: jet_like(n, seed)[0],
-        score=_score_classifier,
+        held_out=jet_like,
+        metrics=_accuracy,
     ),
     Recipe(
         name="kan-tracker",
@@ -242,7 +319,31 @@ _RECIPES: dict[str, Recipe] = {r.name: r for r in (
         input_range=(-2.0, 2.0),
         train=_train_kan,
         sample=lambda n, seed: t1_regime1(n, seed)[0],
-        score=_score_regression,
+        held_out=t1_regime1,
+        metrics=_fit_errors,
+    ),
+    Recipe(
+        name="digits-cnn",
+        description="2-D CNN on scikit-learn's 8x8 handwritten digits (bundled, no download; fixed 1,347/450 "
+                    "train/test split): two 3x3 conv blocks (8 and 16 channels, BatchNorm, ReLU, 2x2 max pool), "
+                    "Linear(64, 10), softmax; float, for --precision",
+        input_range=(0.0, 1.0),
+        train=_train_digits,
+        sample=_digits_sample,
+        held_out=_digits_held_out,
+        metrics=_accuracy,
+    ),
+    Recipe(
+        name="signal-cnn",
+        description="1-D CNN telling sine / square / sawtooth / noise-burst waveforms (64 samples, random "
+                    "frequency, phase, amplitude and noise, closed form): Conv1d 8 and 16 channels (the second "
+                    "dilated), BatchNorm, LeakyReLU(0.1), max pool 4, global average pool, Linear(16, 4), "
+                    "softmax; float, for --precision",
+        input_range=(-2.0, 2.0),
+        train=_train_signal,
+        sample=lambda n, seed: waveforms(n, seed)[0],
+        held_out=waveforms,
+        metrics=_accuracy,
     ),
 )}
 

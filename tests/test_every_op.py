@@ -337,7 +337,7 @@ def _inputs(g: ir.Graph, rng: np.random.Generator) -> dict[str, np.ndarray]:
         codes = _codes(rng, t, (ROWS, *spec.shape))
         edges = np.array(sorted({t.min_code, t.min_code + 1, -1, 0, 1, t.max_code - 1, t.max_code} &
                                 set(range(t.min_code, t.max_code + 1))), dtype=np.int64)
-        codes[: len(edges)] = edges[:, None]
+        codes[: len(edges)] = edges.reshape(-1, *(1,) * len(spec.shape))  # an edge code fills a whole vector
         out[name] = codes
     return out
 

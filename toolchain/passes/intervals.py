@@ -242,23 +242,34 @@ def _accumulator_stage(n: Node, tensor: str, exact: Bounds, t: Optional[FixedTyp
 
 # -- per-op exact bounds (fixed point) --------------------------------------------------------------
 
-def _dense_exact(n: Node, x: Bounds, w: np.ndarray, bias: Optional[np.ndarray], bias_type: Optional[FixedType],
-                 w_type: FixedType) -> Bounds:
-    """Exact range of ``W x + b`` on codes: each product takes its extreme at an endpoint of x_i."""
-    frac = x.frac + w_type.frac
-    n_in = w.shape[1]
-    xl, xh = _compact(x.lo.reshape(-1, n_in)), _compact(x.hi.reshape(-1, n_in))
+def box_matmul(xl: np.ndarray, xh: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Exact range of ``x @ w.T`` over the box ``xl <= x <= xh`` (``(rows, in)`` codes, ``w`` ``(out, in)``): each
+    product takes its extreme at an endpoint of x_i, so the bounds are attained when the x_i are independent."""
+    xl, xh = _compact(xl), _compact(xh)
     w = np.asarray(w, dtype=np.int64)
     wpos, wneg = np.maximum(w, 0), np.minimum(w, 0)
     hi = _objects(exact_matmul(xh, wpos)) + _objects(exact_matmul(xl, wneg))
     lo = _objects(exact_matmul(xl, wpos)) + _objects(exact_matmul(xh, wneg))
+    return lo, hi
+
+
+def aligned_codes(n: Node, codes: np.ndarray, t: Optional[FixedType], frac: int, what: str) -> np.ndarray:
+    """A bias or shift (codes of ``t``) as exact codes at the accumulator's ``frac``, as the golden model aligns it."""
+    if t is None:
+        raise IntervalError(f"{n.describe()}: fixed-point {what} has no {what}_type")
+    if t.frac > frac:
+        raise IntervalError(f"{n.describe()}: {what} type {t} is finer than the accumulator's {frac} fractional bits")
+    return _objects(codes) * (1 << (frac - t.frac))
+
+
+def _dense_exact(n: Node, x: Bounds, w: np.ndarray, bias: Optional[np.ndarray], bias_type: Optional[FixedType],
+                 w_type: FixedType) -> Bounds:
+    """Exact range of ``W x + b`` on codes (see :func:`box_matmul`)."""
+    frac = x.frac + w_type.frac
+    n_in = w.shape[1]
+    lo, hi = box_matmul(x.lo.reshape(-1, n_in), x.hi.reshape(-1, n_in), w)
     if bias is not None:
-        if bias_type is None:
-            raise IntervalError(f"{n.describe()}: fixed-point bias has no bias_type")
-        if bias_type.frac > frac:
-            raise IntervalError(f"{n.describe()}: bias type {bias_type} is finer than the accumulator's "
-                                f"{frac} fractional bits")
-        b = _objects(bias) * (1 << (frac - bias_type.frac))
+        b = aligned_codes(n, bias, bias_type, frac, "bias")
         lo, hi = lo + b, hi + b
     shape = x.lo.shape[:-1] + (w.shape[0],)
     return Bounds(lo.reshape(shape), hi.reshape(shape), frac)
@@ -354,7 +365,7 @@ def node_stages(g: Graph, n: Node, env: Mapping[str, Bounds]) -> list[Stage]:
             raise IntervalError(f"{n.describe()}: input '{n.input}' is already fixed point")
         return [out(x)]
     if x.is_float:
-        return [_float_stage(n, xs)]
+        return [_float_stage(g, n, xs)]
     if isinstance(n, Requantize):
         return [out(x)]
     if isinstance(n, ReLU):
@@ -382,7 +393,11 @@ def node_stages(g: Graph, n: Node, env: Mapping[str, Bounds]) -> list[Stage]:
         _typed(n, n.basis_type, "basis_type")
         acc = _accumulator_stage(n, f"{n.name}.accum", _kan_exact(n, x), n.accum_type)
         return [acc, out(acc.result)]
-    raise IntervalError(f"{n.describe()}: no interval rule for op {n.OP}")
+    # The ops of the models people bring have their rules in their own module, which builds on this one (so it
+    # is imported here, when first needed, rather than at the top).
+    from .op_intervals import fixed_stages
+
+    return fixed_stages(g, n, xs, out)
 
 
 def _typed(n: Node, t: Optional[FixedType], field: str) -> FixedType:
@@ -392,7 +407,7 @@ def _typed(n: Node, t: Optional[FixedType], field: str) -> FixedType:
     return t
 
 
-def _float_stage(n: Node, xs: list[Bounds]) -> Stage:
+def _float_stage(g: Graph, n: Node, xs: list[Bounds]) -> Stage:
     x = xs[0]
     if isinstance(n, ReLU):
         exact = Bounds(np.maximum(x.lo, 0.0), np.maximum(x.hi, 0.0), None)
@@ -405,7 +420,9 @@ def _float_stage(n: Node, xs: list[Bounds]) -> Stage:
     elif isinstance(n, KANLayer):
         exact = _kan_float(n, x)
     else:
-        raise IntervalError(f"{n.describe()}: op {n.OP} has no float interval rule")
+        from .op_intervals import float_bounds  # see node_stages
+
+        exact = float_bounds(g, n, xs)
     return Stage(n.name, n.output, "output", None, exact, exact, False)
 
 

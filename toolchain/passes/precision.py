@@ -16,7 +16,7 @@ from typing import Optional
 
 from .. import fixed
 from ..fixed import FixedType, Overflow, Rounding
-from ..ir import Dense, Graph, IRError, KANLayer, LowRankDense, Node
+from ..ir import Conv, Dense, Graph, IRError, KANLayer, LowRankDense, Node, ScaleShift
 from ..weight_codes import WEIGHT_CODES_KEY
 from .intervals import (
     Bounds,
@@ -33,7 +33,8 @@ __all__ = ["SaturationWarning", "WeightCodeWarning", "PrecisionError", "accumula
            "check_precision", "weight_code_warnings", "ZEROED_SHARE", "SATURATED_SHARE"]
 
 #: Accumulator fields of each layer op, in the order their stages appear.
-ACCUMULATORS = {Dense: ("accum_type",), KANLayer: ("accum_type",), LowRankDense: ("accum_v_type", "accum_type")}
+ACCUMULATORS = {Dense: ("accum_type",), KANLayer: ("accum_type",), LowRankDense: ("accum_v_type", "accum_type"),
+                Conv: ("accum_type",), ScaleShift: ("accum_type",)}
 #: Stage tensor suffix of each accumulator field (see ``intervals.node_stages``).
 _STAGE_OF = {"accum_type": "accum", "accum_v_type": "accum_v"}
 
@@ -90,7 +91,8 @@ def _size_accumulators(g: Graph, n: Node, env: dict[str, Bounds], overwrite: boo
 
 
 def infer_precision(g: Graph, input_range: Optional[InputRange] = None, overwrite: bool = False) -> Graph:
-    """Give every fixed-point Dense, LowRankDense and KANLayer the narrowest accumulators that cannot overflow.
+    """Give every fixed-point Dense, LowRankDense, KANLayer, Conv and ScaleShift the narrowest accumulators that
+    cannot overflow (a Conv's is sized over all its output positions: one accumulator type serves every window).
 
     Guarantees on the returned graph: every such layer has ``accum_type`` (and LowRankDense ``accum_v_type``)
     set; inferred ones are signed, TRN, WRAP, with frac(x) + frac(W) fractional bits, and no input inside

@@ -85,7 +85,9 @@ class Recipe:
         """:meth:`evaluate`'s numbers for a bitforge graph (float or fixed point), run by the golden model.
 
         A graph whose input is fixed point takes codes: the samples are quantized to its type first (as its
-        ``Quantize`` node would, had it kept one). ``graph`` has one input and one output."""
+        ``Quantize`` node would, had it kept one). A graph that ends in an ``ArgMax`` (a classifier compiled with
+        its softmax replaced) gives class indices: they are scored as one-hot outputs. ``graph`` has one input
+        and one output."""
         from bitforge.toolchain import emulate
 
         if len(graph.inputs) != 1 or len(graph.outputs) != 1:
@@ -95,8 +97,11 @@ class Recipe:
         t = graph.tensors[graph.inputs[0]].dtype
         if t is not None:
             x = fixed.quantize(x, t.with_(overflow="SAT"))
-        out = emulate.run_values(graph, x)[graph.outputs[0]]
-        return self.metrics(np.asarray(out, dtype=np.float64), targets)
+        out = np.asarray(emulate.run_values(graph, x)[graph.outputs[0]], dtype=np.float64)
+        last = next((n for n in graph.nodes if n.output == graph.outputs[0]), None)
+        if last is not None and last.OP == "ArgMax":
+            out = np.eye(graph.tensors[last.inputs[0]].shape[-1])[out[..., 0].astype(np.int64)]
+        return self.metrics(out, targets)
 
 
 @contextlib.contextmanager

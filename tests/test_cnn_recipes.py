@@ -174,3 +174,20 @@ def test_evaluate_graph_refuses_a_graph_with_two_outputs():
     g.outputs = [g.outputs[0], g.nodes[0].output]
     with pytest.raises(RecipeError, match="one input and one output"):
         get_recipe("jet-mlp").evaluate_graph(g)
+
+
+def test_evaluate_graph_scores_an_argmax_head_as_its_one_hot_decision():
+    """A classifier compiled with ``ArgMax`` at its output gives indices; they score as the vector they pick."""
+    from bitforge.toolchain import ir
+    from bitforge.toolchain.compiler import load_model, prepare
+    from bitforge.toolchain.passes.heads import index_type
+
+    recipe = get_recipe("jet-mlp")
+    g, _ = prepare(load_model("jet-mlp", 0), None)
+    decided = g.copy()
+    logits = decided.outputs[0]
+    decided.tensors["decision"] = ir.TensorSpec("decision", (1,), index_type(decided.tensors[logits].shape[-1]))
+    decided.nodes.append(ir.ArgMax("argmax", (logits,), ("decision",)))
+    decided.outputs = ["decision"]
+    ir.validate(decided)
+    assert recipe.evaluate_graph(decided) == recipe.evaluate_graph(g)

@@ -56,10 +56,11 @@ def load_manifest(out: Path) -> dict:
 
 
 def golden_codes(g: ir.Graph, manifest: dict, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(core input codes, expected core output codes) for ``n`` seeded vectors."""
+    """(core input codes, expected core output codes) for ``n`` seeded vectors, one row per vector: a tensor of
+    several axes (C, H, W) is flattened in C order, element i of the row at [i*W +: W] of the core's tdata."""
     env = emulate.run(g, make_vectors(g, n, seed), keep=True)
-    return (np.asarray(env[manifest["input_tensor"]], dtype=np.int64),
-            np.asarray(env[manifest["output_tensor"]], dtype=np.int64))
+    rows = lambda t: np.asarray(env[manifest[t]], dtype=np.int64).reshape(n, -1)  # noqa: E731
+    return rows("input_tensor"), rows("output_tensor")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Callable, Mapping, Optional, Union
 
 from ...ir import Graph, Quantize
 from ...resources import rtl_library
-from . import dense, elementwise, kan, stages  # noqa: F401  (the emitter modules register their ops on import)
+from . import conv, dense, elementwise, kan, stages  # noqa: F401  (the emitter modules register their ops on import)
 from .stages import Ports, Stage, StageRequest
 from .verilog import RtlError, templates, verilog_name
 from .weights_layout import WEIGHT_MODES, rom_weights, weight_layout, write_ports

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from ...ir import Graph
-from . import dense, elementwise, kan  # noqa: F401  (they register the multiplier counts used here)
+from . import conv, dense, elementwise, kan  # noqa: F401  (they register the multiplier counts used here)
 from .stages import FOLDABLE, MULTIPLIES
 
 #: Share of the DSP blocks and of the LUTs that folded multipliers may take. DSP blocks sit in a few rows and

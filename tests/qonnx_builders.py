@@ -288,16 +288,65 @@ def brevitas_style_mlp(bits: int = 8, seed: int = 0) -> onnx.ModelProto:
                      act_q=[QSpec(bits, bits - 3, signed=False)] * 2 + [QSpec(bits, bits - 4)], seed=seed)
 
 
+def qonnx_cnn(spatial: int = 2, seed: int = 0) -> onnx.ModelProto:
+    """Brevitas-style QONNX CNN with power-of-two quantizers on a (2, 8, 8) image (``spatial`` 2) or a (2, 16)
+    sequence (1): Quant(x) -> Conv 3, pads 1, per-channel weight scales, 16-bit bias -> Relu -> Quant(unsigned)
+    -> MaxPool 2 -> Conv 3, stride 2, pads 1, group 2 -> Relu -> Quant -> AveragePool 2 -> Flatten -> Gemm ->
+    Quant."""
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+    size = (8, 8) if spatial == 2 else (16,)
+    in_q = QSpec(8, 5)
+    prev = quant_node(nodes, inits, "x", "quant_in", in_q)
+
+    def conv(i: int, src: str, c_in: int, fracs, group: int, stride: int, bias_frac: int) -> str:
+        k = (3,) * spatial
+        w = np.concatenate([_float_weights(rng, (1, c_in // group, *k), QSpec(6, f, narrow=True)) for f in fracs])
+        inits.append(init(f"conv{i}_weight", w))
+        scale = np.array([2.0 ** -f for f in fracs], np.float32).reshape((-1,) + (1,) * (spatial + 1))
+        inits.extend([init(f"quant_w{i}_scale", scale), init(f"quant_w{i}_zeropt", np.float32(0.0)),
+                      init(f"quant_w{i}_bitwidth", np.float32(6))])
+        nodes.append(helper.make_node("Quant", [f"conv{i}_weight", f"quant_w{i}_scale", f"quant_w{i}_zeropt",
+                                                f"quant_w{i}_bitwidth"], [f"quant_w{i}_out"], name=f"quant_w{i}",
+                                      domain=QONNX_DOMAIN, signed=1, narrow=1, rounding_mode="ROUND"))
+        inits.append(init(f"conv{i}_bias", rng.uniform(-0.5, 0.5, size=len(fracs)).astype(np.float32)))
+        bn = quant_node(nodes, inits, f"conv{i}_bias", f"quant_b{i}", QSpec(16, bias_frac))
+        nodes.append(helper.make_node("Conv", [src, f"quant_w{i}_out", bn], [f"conv{i}_out"], name=f"conv{i}",
+                                      kernel_shape=list(k), pads=[1] * 2 * spatial, strides=[stride] * spatial,
+                                      group=group))
+        nodes.append(helper.make_node("Relu", [f"conv{i}_out"], [f"relu{i}"], name=f"relu{i}"))
+        return quant_node(nodes, inits, f"relu{i}", f"quant_act{i}", QSpec(8, 4, signed=False))
+
+    prev = conv(0, prev, 2, (6, 7, 6, 5), 1, 1, 8)
+    nodes.append(helper.make_node("MaxPool", [prev], ["pool0"], name="pool0", kernel_shape=[2] * spatial,
+                                  strides=[2] * spatial))
+    prev = conv(1, "pool0", 4, (5, 6, 6, 7), 2, 2, 9)
+    nodes.append(helper.make_node("AveragePool", [prev], ["pool1"], name="pool1", kernel_shape=[2] * spatial,
+                                  strides=[2] * spatial))
+    nodes.append(helper.make_node("Flatten", ["pool1"], ["flat"], name="flatten", axis=1))
+    feats = 4 * (1 if spatial == 2 else 2)
+    w = _float_weights(rng, (3, feats), QSpec(8, 6))
+    inits.append(init("fc_weight", w))
+    wn = quant_node(nodes, inits, "fc_weight", "quant_fc_w", QSpec(8, 6))
+    inits.append(init("fc_bias", rng.uniform(-0.5, 0.5, size=3).astype(np.float32)))
+    bn = quant_node(nodes, inits, "fc_bias", "quant_fc_b", QSpec(16, 10))
+    nodes.append(helper.make_node("Gemm", ["flat", wn, bn], ["fc_out"], name="fc", transB=1))
+    prev = quant_node(nodes, inits, "fc_out", "quant_out", QSpec(8, 4))
+    nodes.append(helper.make_node("Identity", [prev], ["y"], name="output"))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2, *size])
+    return make_model(nodes, [x], [batch_io("y", 3)], inits, f"qonnx_cnn{spatial}d", qonnx=True)
+
+
 def qonnx_input(model: onnx.ModelProto, n: int = 256, seed: int = 0) -> np.ndarray:
     """Inputs for a QONNX model: a grid twice as fine as the input quantizer's (so exact ties occur), spanning
     1.5x its range (so saturation occurs)."""
     q = next(n_ for n_ in model.graph.node if n_.op_type == "Quant" and n_.input[0] == model.graph.input[0].name)
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     scale, bits = float(inits[q.input[1]]), int(inits[q.input[3]])
-    feats = model.graph.input[0].type.tensor_type.shape.dim[1].dim_value
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim[1:]]
     half_range = 1 << bits  # codes of the doubled grid
     rng = np.random.default_rng(seed)
-    codes = rng.integers(-int(1.5 * half_range), int(1.5 * half_range), size=(n, feats))
+    codes = rng.integers(-int(1.5 * half_range), int(1.5 * half_range), size=(n, *shape))
     return (codes * (scale / 2)).astype(np.float32)
 
 
@@ -350,9 +399,73 @@ def _exact_add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a + b
 
 
+def _oracle_windows(x: np.ndarray, kernel, strides, pads, dilations, pad_value: float):
+    """Yield (output index tuple, window values (N, C, taps)) of a 1-D/2-D window op, straight from the ONNX
+    definition: pad the input, then slice with the stride and dilation (no shared geometry code with bitforge)."""
+    nd = len(kernel)
+    width = [(0, 0), (0, 0)] + [(pads[a], pads[nd + a]) for a in range(nd)]
+    xp = np.pad(x, width, constant_values=pad_value)
+    out = [(xp.shape[2 + a] - dilations[a] * (kernel[a] - 1) - 1) // strides[a] + 1 for a in range(nd)]
+    for pos in np.ndindex(*out):
+        taps = []
+        for k in np.ndindex(*kernel):
+            idx = tuple(pos[a] * strides[a] + k[a] * dilations[a] for a in range(nd))
+            taps.append(xp[(slice(None), slice(None)) + idx])
+        yield pos, out, np.stack(taps, axis=-1)
+
+
+def _oracle_conv(x, w, b, at) -> np.ndarray:
+    """ONNX Conv (explicit pads, groups) computed exactly window by window."""
+    nd = w.ndim - 2
+    assert at.get("auto_pad", b"NOTSET") in (b"NOTSET", "NOTSET")
+    strides, dil = at.get("strides", [1] * nd), at.get("dilations", [1] * nd)
+    pads, groups = at.get("pads", [0] * 2 * nd), at.get("group", 1)
+    cg, og = w.shape[1], w.shape[0] // groups
+    result = None
+    for pos, out, win in _oracle_windows(x, w.shape[2:], strides, pads, dil, 0.0):
+        if result is None:
+            result = np.zeros((len(x), w.shape[0], *out))
+        for g in range(groups):
+            xs = win[:, g * cg:(g + 1) * cg].reshape(len(x), -1)
+            ws = w[g * og:(g + 1) * og].reshape(og, -1)
+            y = _exact_matmul(xs, ws.T)
+            if b is not None:
+                y = _exact_add(y, np.broadcast_to(b[g * og:(g + 1) * og], y.shape))
+            result[(slice(None), slice(g * og, (g + 1) * og)) + pos] = y
+    return result
+
+
+def _oracle_pool(x, at, op: str) -> np.ndarray:
+    """ONNX MaxPool / AveragePool (floor mode); an average only where it is exact (a power-of-two divisor)."""
+    kernel = at["kernel_shape"]
+    nd = len(kernel)
+    assert not at.get("ceil_mode", 0)
+    strides, pads = at.get("strides", [1] * nd), at.get("pads", [0] * 2 * nd)
+    result = None
+    pad = -np.inf if op == "MaxPool" else np.nan
+    for pos, out, win in _oracle_windows(x, kernel, strides, pads, [1] * nd, pad):
+        if result is None:
+            result = np.zeros((*x.shape[:2], *out))
+        if op == "MaxPool":
+            v = win.max(axis=-1)
+        else:
+            real = ~np.isnan(win)
+            count = win.shape[-1] if at.get("count_include_pad", 0) else int(real[0, 0].sum())
+            assert count & (count - 1) == 0, "oracle: only power-of-two divisors are exact"
+            v = _exact_sum(np.where(real, win, 0.0)) / count
+        result[(slice(None), slice(None)) + pos] = v
+    return result
+
+
+def _exact_sum(a: np.ndarray) -> np.ndarray:
+    k = _grid_exponent(a)
+    assert float(np.abs(np.ldexp(a, k)).sum(axis=-1).max(initial=0)) < 2.0 ** 53
+    return a.sum(axis=-1)
+
+
 def run_qonnx_reference(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
-    """TEST ORACLE: run a QONNX MLP (Quant, Gemm, MatMul, Add, Relu, Identity) exactly; returns the first
-    output as float64 real values."""
+    """TEST ORACLE: run a QONNX MLP or CNN (Quant, Gemm, MatMul, Add, Relu, Identity, Conv, MaxPool,
+    AveragePool, Flatten) exactly; returns the first output as float64 real values."""
     env = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in model.graph.initializer}
     env[model.graph.input[0].name] = np.asarray(x, np.float64)
     for n in model.graph.node:
@@ -376,6 +489,13 @@ def run_qonnx_reference(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
             out = np.maximum(ins[0], 0.0)
         elif n.op_type == "Identity":
             out = ins[0]
+        elif n.op_type == "Conv":
+            out = _oracle_conv(ins[0], ins[1], ins[2] if len(ins) > 2 else None, at)
+        elif n.op_type in ("MaxPool", "AveragePool"):
+            out = _oracle_pool(ins[0], at, n.op_type)
+        elif n.op_type == "Flatten":
+            assert at.get("axis", 1) == 1
+            out = ins[0].reshape(len(ins[0]), -1)
         else:
             raise NotImplementedError(f"oracle: op {n.op_type}")
         env[n.output[0]] = out

@@ -2,7 +2,11 @@
 
 Three dialects come in:
 
-* **Float** graphs (Gemm, MatMul [+ Add], Relu, Add, Identity, no-op Flatten/Reshape) become float IR nodes.
+* **Float** graphs become float IR nodes: Gemm, MatMul [+ Add] (Dense), Conv, BatchNormalization (a float
+  ScaleShift, which the batchnorm pass folds into the Dense/Conv before it), the pools, the activations (exact
+  ones as their own ops, smooth ones as a ``Table`` whose function the quantization pass tabulates), Softmax,
+  ArgMax and data movement (see ``onnx_layers``, ``onnx_activations``, ``onnx_shapes``, ``onnx_patterns``).
+  Graph inputs are ``(batch, features)`` or ``(batch, channels, *spatial)``; the IR keeps the per-sample shape.
 * **QDQ** graphs (``QuantizeLinear``/``DequantizeLinear`` as onnxruntime's quantizer writes them). ONNX
   defines ``q = saturate(round_half_even(x / scale) + zero_point)``; with ``scale = 2**-F`` the division is
   an exact binary-point shift, so the pair *is* ``fixed<W, W-F, RND_CONV, SAT>`` (``ufixed`` for unsigned
@@ -12,15 +16,17 @@ Three dialects come in:
   clipping to integer bounds commutes with any monotone rounding, so this is again a type: width = bitwidth,
   frac = F, rounding from ``rounding_mode``, ``SAT`` (``SAT_SYM`` for signed narrow ranges).
 
-Quantizers on initializers are evaluated here (codes become Dense weights); quantizers on activations
+Quantizers on initializers are evaluated here (codes become Dense/Conv weights); quantizers on activations
 become ``Quantize``/``Requantize`` nodes, or type the tensor that the previous exact arithmetic produced.
-A QDQ/QONNX graph computes its arithmetic (MatMul, Add, Relu) on exact real values between quantizers, so
-each such intermediate gets the smallest fixed type that holds every value exactly; ``Dense -> Relu -> Q``
-types both with Q's type (exact: rounding is monotone and maps 0 to 0, saturation bounds contain 0).
+A QDQ/QONNX graph computes its arithmetic (MatMul, Conv, Add, Relu, ...) on exact real values between
+quantizers, so each such intermediate gets the smallest fixed type that holds every value exactly;
+``Dense -> Relu -> Q`` types both with Q's type (exact: rounding is monotone and maps 0 to 0, saturation bounds
+contain 0), and so does a MaxPool between them; data movement shares its input's type.
 Accumulator types are left to the precision pass.
 
 Anything that cannot be represented exactly (non-power-of-two scales, asymmetric zero points on
 activations, CEIL rounding of activations, ...) raises :class:`OnnxFrontendError`; nothing is approximated.
+The error lists every node that cannot be translated at once, each with its name, op type and reason.
 """
 from __future__ import annotations
 
@@ -34,8 +40,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
-from ..errors import BitforgeError
-from ..fixed import FixedType, Overflow, Rounding, add_type
+from ..fixed import FixedType, Rounding, add_type
 from ..ir import (
     Add,
     Dense,
@@ -48,19 +53,40 @@ from ..ir import (
     TensorSpec,
     validate,
 )
+from .onnx_activations import ACTIVATION_OPS, ActivationOps
+from .onnx_layers import LAYER_OPS, LayerOps
+from .onnx_patterns import PATTERNS, Fused, constant_arrays, find_fused
+from .onnx_shapes import SHAPE_OPS, ShapeOps
+from .onnx_values import (
+    Act,
+    Codes,
+    Const,
+    OnnxFrontendError,
+    QConst,
+    Value,
+    dense_output_type,
+    holding_type,
+    range_type,
+)
 from .recurrent import ONNX_RECURRENT, recurrent_message
 
-__all__ = ["OnnxFrontendError", "load_onnx", "from_onnx_model", "SUPPORTED_OPS", "QONNX_DOMAINS"]
+__all__ = ["OnnxFrontendError", "load_onnx", "from_onnx_model", "SUPPORTED_OPS", "SUPPORTED_PATTERNS",
+           "QONNX_DOMAINS"]
 
 #: Domains under which QONNX ``Quant`` nodes appear (current qonnx, FINN, and older Brevitas exports).
 QONNX_DOMAINS = ("qonnx.custom_op.general", "finn.custom_op.general", "onnx.brevitas")
 #: onnxruntime's own domain: older quantizers write int16 Q/DQ there, with the standard semantics.
 MS_DOMAIN = "com.microsoft"
-STANDARD_OPS = ("Add", "Constant", "DequantizeLinear", "Flatten", "Gemm", "Identity", "MatMul",
-                "QuantizeLinear", "Relu", "Reshape")
+#: Default-domain op type -> the translator method that maps it (the op families add theirs).
+CORE_OPS = {"Add": "_add", "Constant": "_constant", "DequantizeLinear": "_dequantize_linear", "Gemm": "_gemm",
+            "Identity": "_identity", "MatMul": "_matmul", "QuantizeLinear": "_quantize_linear", "Relu": "_relu"}
+HANDLERS = {**CORE_OPS, **LAYER_OPS, **ACTIVATION_OPS, **SHAPE_OPS}
+STANDARD_OPS = tuple(sorted(HANDLERS))
 QONNX_OPS = ("Quant",)
 #: Every op this frontend translates, for error messages.
 SUPPORTED_OPS = tuple(sorted(STANDARD_OPS + tuple(f"{op} (QONNX)" for op in QONNX_OPS)))
+#: Subgraphs translated as one node although their ops alone are not (Erf, Mul).
+SUPPORTED_PATTERNS = PATTERNS
 #: Default-domain opsets accepted: 11 is the first with today's Gemm/Flatten/Reshape/QDQ behaviour.
 MIN_OPSET = 11
 MAX_OPSET = onnx.defs.onnx_opset_version()
@@ -82,54 +108,6 @@ QONNX_ROUNDING = {
 }
 #: Modes with no ap_fixed equivalent: fine on constants (evaluated here), not on activations.
 QONNX_ROUNDING_CONST_ONLY = ("CEIL", "UP")
-
-
-class OnnxFrontendError(BitforgeError):
-    """An ONNX model bitforge cannot translate exactly; the message names the file, node, what was expected
-    and found, and what to do."""
-
-
-# -- values flowing through the translation ----------------------------------------------------------
-
-@dataclass
-class _Const:
-    """A constant (initializer, Constant node, or an op folded on constants). ``elem`` is the ONNX
-    element type, kept because int4/uint4 arrive as int8 numpy arrays."""
-
-    array: np.ndarray
-    elem: int
-
-
-@dataclass
-class _QConst:
-    """A quantized constant, exactly ``codes * 2**-dtype.frac``."""
-
-    codes: np.ndarray
-    dtype: FixedType
-
-    def real(self) -> np.ndarray:
-        return np.ldexp(self.codes.astype(np.float64), -self.dtype.frac)
-
-
-@dataclass
-class _Act:
-    """A per-sample tensor of the IR (name of the IR tensor)."""
-
-    tensor: str
-
-
-@dataclass
-class _Codes:
-    """Integer output of ``QuantizeLinear`` on an activation: the IR tensor it typed, and the quantizer
-    parameters its ``DequantizeLinear`` must repeat."""
-
-    tensor: str
-    scale: np.ndarray
-    zero_point: np.ndarray
-    elem: int
-
-
-Value = Union[_Const, _QConst, _Act, _Codes]
 
 
 @dataclass(frozen=True)
@@ -167,7 +145,7 @@ def from_onnx_model(model: onnx.ModelProto, source: str = "<onnx model>") -> Gra
     model = _with_qonnx_opset_imports(model)
     _check_model(model, source)
     opsets = _check_opsets(model, source)
-    graph = _Translator(model, source).run()
+    graph = _Translator(model, source, opsets["ai.onnx"]).run()
     graph.metadata.update({
         "frontend": "onnx", "source": source, "opsets": opsets,
         "producer": f"{model.producer_name} {model.producer_version}".strip(),
@@ -250,32 +228,6 @@ def _integral(values: np.ndarray, where: str, what: str) -> np.ndarray:
     return v.astype(np.int64)
 
 
-def _range_type(lo: int, hi: int, frac: int, rounding: Rounding) -> Optional[FixedType]:
-    """The fixed type whose code range is exactly [lo, hi] (saturating), or None if there is none."""
-    if lo == 0 and hi >= 1 and (hi + 1) & hi == 0:
-        w = hi.bit_length()
-        return FixedType(w, w - frac, False, rounding, Overflow.SAT)
-    if hi >= 1 and (hi + 1) & hi == 0:
-        w = hi.bit_length() + 1
-        if lo == -(hi + 1):
-            return FixedType(w, w - frac, True, rounding, Overflow.SAT)
-        if lo == -hi:
-            return FixedType(w, w - frac, True, rounding, Overflow.SAT_SYM)
-    return None
-
-
-def _holding_type(lo: int, hi: int, frac: int, rounding: Rounding) -> FixedType:
-    """The narrowest type holding every code in [lo, hi] (for constants, whose codes are already known)."""
-    exact = _range_type(lo, hi, frac, rounding)
-    if exact is not None:
-        return exact
-    if lo >= 0:
-        w = max(1, hi.bit_length())
-        return FixedType(w, w - frac, False, rounding, Overflow.SAT)
-    w = max(hi.bit_length(), (-lo - 1).bit_length()) + 1
-    return FixedType(w, w - frac, True, rounding, Overflow.SAT)
-
-
 def _round_qonnx(v: np.ndarray, mode: str) -> np.ndarray:
     """The QONNX spec's rounding table (evaluated in float64, where every code up to 32 bits is exact)."""
     return {
@@ -286,28 +238,20 @@ def _round_qonnx(v: np.ndarray, mode: str) -> np.ndarray:
     }[mode](v)
 
 
-def _dense_output_type(x: FixedType, w: np.ndarray, wt: FixedType, bias: Optional[np.ndarray],
-                       bt: Optional[FixedType]) -> FixedType:
-    """Smallest signed type holding ``W x + b`` exactly for every input code: the value a QDQ/QONNX graph
-    carries between its MatMul and the next quantizer."""
-    frac = x.frac + wt.frac
-    xmax = max(abs(x.min_code), abs(x.max_code))
-    rows = np.abs(w.astype(object)).sum(axis=1) * xmax
-    if bias is not None:
-        rows = rows + np.abs(bias.astype(object)) * (1 << (frac - bt.frac))
-    width = max(2, int(max(rows, default=0)).bit_length() + 1)
-    return FixedType(width, width - frac, True)
-
-
 # -- the translator -----------------------------------------------------------------------------------------
 
-class _Translator:
-    """Walks the (topologically sorted) ONNX nodes once, mapping each ONNX tensor name to a :data:`Value`."""
+class _Translator(LayerOps, ActivationOps, ShapeOps):
+    """Walks the (topologically sorted) ONNX nodes once, mapping each ONNX tensor name to a :data:`Value`. The op
+    families (``onnx_layers``, ``onnx_activations``, ``onnx_shapes``) are mixed in; this class holds the walk, the
+    lookups, the emitter, the quantizers and the Dense family."""
 
-    def __init__(self, model: onnx.ModelProto, source: str):
+    def __init__(self, model: onnx.ModelProto, source: str, opset: int):
         self.model = model
         self.g = model.graph
         self.source = source
+        self.opset = opset
+        #: The graph input's batch size when the export fixed it (a Reshape may then spell the batch as it).
+        self.batch: Optional[int] = None
         self.values: dict[str, Value] = {}
         self.tensors: dict[str, TensorSpec] = {}
         self.nodes: list[Node] = []
@@ -316,8 +260,9 @@ class _Translator:
         self.uses.update(o.name for o in self.g.output)
         #: IR tensors produced by exact fixed-point arithmetic that a following quantizer may retype.
         self.retypable: set[str] = set()
-        #: ReLU output -> ReLU input, when the input may take the output's type (see module docstring).
-        self.relu_input: dict[str, str] = {}
+        #: Output -> (input, required): retyping the output retypes the input too. Optional for ReLU and MaxPool
+        #: (see the module docstring), required for data movement (its output keeps its input's type).
+        self.links: dict[str, tuple[str, bool]] = {}
         #: Dense nodes without a bias, by output tensor: a following Add of a constant folds into them.
         self.biasless: dict[str, Dense] = {}
         self.node: Optional[onnx.NodeProto] = None
@@ -331,35 +276,60 @@ class _Translator:
         self.node = None
         self._read_initializers()
         inputs = self._read_inputs()
-        handlers: dict[str, Callable[[onnx.NodeProto], None]] = {
-            "Add": self._add, "Constant": self._constant, "DequantizeLinear": self._dequantize_linear,
-            "Flatten": self._flatten, "Gemm": self._gemm, "Identity": self._identity, "MatMul": self._matmul,
-            "QuantizeLinear": self._quantize_linear, "Relu": self._relu, "Reshape": self._reshape,
-        }
-        for self.index, self.node in enumerate(self.g.node):
-            n = self.node
-            if n.domain in ("", "ai.onnx", MS_DOMAIN) and n.op_type in handlers:
-                if n.domain == MS_DOMAIN and n.op_type not in ("QuantizeLinear", "DequantizeLinear"):
-                    self._unsupported(n)
-                self._guarded(handlers[n.op_type], n)
-            elif n.domain in QONNX_DOMAINS and n.op_type == "Quant":
-                self._guarded(self._quant, n)
-            else:
-                self._unsupported(n)
+        nodes = list(self.g.node)
+        fused = find_fused(nodes, constant_arrays(self.g), self.uses)
+        #: (message, is an unsupported op type) of every node that cannot be translated.
+        failures: list[tuple[str, bool]] = []
+        #: Outputs of failed nodes: whatever reads them is skipped, not reported (its input never existed).
+        lost: set[str] = set()
+        for index, n in enumerate(nodes):
+            f = fused.get(index)
+            if f is not None and index != f.last:
+                continue
+            outputs = [o for m in (f.members if f else (index,)) for o in nodes[m].output if o]
+            if any(i in lost for i in ([f.x] if f else n.input)):
+                lost.update(outputs)
+                continue
+            self.index, self.node = (f.head, nodes[f.head]) if f else (index, n)
+            problem, unsupported = self._translate(n, f)
+            if problem is not None:
+                failures.append((problem, unsupported))
+                lost.update(outputs)
         self.node = None
+        if failures:
+            raise self._failures(failures)
         outputs = self._outputs()
         name = self.g.name or Path(self.source).stem
         return Graph(name, inputs, outputs, self.tensors, self.nodes)
 
-    def _guarded(self, handler: Callable[[onnx.NodeProto], None], n: onnx.NodeProto) -> None:
+    def _translate(self, n: onnx.NodeProto, f: Optional[Fused]) -> tuple[Optional[str], bool]:
+        """Translate one node (or pattern): (None, False), or the message saying why not and whether the reason
+        is an op type bitforge does not have."""
+        if f is not None:
+            handler = lambda: self._fused(f.kind, f.x, n.output[0])  # noqa: E731 (a closure over this pattern)
+        elif n.domain in ("", "ai.onnx") and n.op_type in HANDLERS:
+            handler = lambda: getattr(self, HANDLERS[n.op_type])(n)  # noqa: E731
+        elif n.domain == MS_DOMAIN and n.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            handler = lambda: getattr(self, HANDLERS[n.op_type])(n)  # noqa: E731
+        elif n.domain in QONNX_DOMAINS and n.op_type == "Quant":
+            handler = lambda: self._quant(n)  # noqa: E731
+        else:
+            return self._unsupported(n), True
+        try:
+            self._guarded(handler)
+        except OnnxFrontendError as e:
+            return str(e), False
+        return None, False
+
+    def _guarded(self, handler: Callable[[], None]) -> None:
         """Malformed attributes or tensors the checker lets through still end in a message naming the node."""
         try:
-            handler(n)
+            handler()
         except OnnxFrontendError:
             raise
         except Exception as e:
             raise self._fail(f"cannot be translated ({type(e).__name__}: {e}); expected a well-formed "
-                             f"{n.op_type} as the ONNX spec defines it: check the export") from None
+                             f"{self.node.op_type} as the ONNX spec defines it: check the export") from None
 
     # -- errors -------------------------------------------------------------------------------------
     def _where(self) -> str:
@@ -371,27 +341,39 @@ class _Translator:
     def _fail(self, problem: str) -> OnnxFrontendError:
         return OnnxFrontendError(f"{self._where()}: {problem}")
 
-    def _unsupported(self, n: onnx.NodeProto) -> None:
+    def _unsupported(self, n: onnx.NodeProto) -> str:
         if n.domain in QONNX_DOMAINS and n.op_type == "BipolarQuant":
-            raise self._fail("BipolarQuant (1-bit +-1 quantization) has no fixed-point equivalent in bitforge; "
-                             "use Quant with bitwidth >= 2 in the model")
+            return str(self._fail("BipolarQuant (1-bit +-1 quantization) has no fixed-point equivalent in "
+                                  "bitforge; use Quant with bitwidth >= 2 in the model"))
         domain = f" in domain '{n.domain}'" if n.domain not in ("", "ai.onnx") else ""
-        raise self._fail(f"op type '{n.op_type}'{domain} is not supported; supported ops: "
-                         f"{', '.join(SUPPORTED_OPS)}. Remove or fold the op before export, or express the "
-                         "model with these ops")
+        return str(self._fail(f"op type '{n.op_type}'{domain} is not supported"))
+
+    def _failures(self, failures: list[tuple[str, bool]]) -> OnnxFrontendError:
+        """One error listing every node that cannot be translated (so one export round trip fixes them all), and
+        the supported ops when an op type is the problem."""
+        tail = ""
+        if any(unsupported for _, unsupported in failures):
+            tail = (f"\nSupported ops: {', '.join(SUPPORTED_OPS)}; and the patterns "
+                    f"{'; '.join(SUPPORTED_PATTERNS)}. Remove or fold the other ops before export, or express the "
+                    "model with these ops")
+        if len(failures) == 1:
+            return OnnxFrontendError(failures[0][0] + tail)
+        prefix = f"{self.source}: "
+        lines = "\n".join(f"  - {m[len(prefix):] if m.startswith(prefix) else m}" for m, _ in failures)
+        return OnnxFrontendError(f"{self.source}: {len(failures)} nodes cannot be translated:\n{lines}{tail}")
 
     # -- graph inputs, constants ---------------------------------------------------------------------
     def _read_initializers(self) -> None:
         for t in self.g.initializer:
             self.values[t.name] = self._tensor_value(t, f"initializer '{t.name}'")
 
-    def _tensor_value(self, t: onnx.TensorProto, what: str) -> _Const:
+    def _tensor_value(self, t: onnx.TensorProto, what: str) -> Const:
         try:
             a = numpy_helper.to_array(t)
         except Exception as e:
             raise OnnxFrontendError(f"{self._where()}: {what} cannot be decoded ({e}); re-export the model") from None
         _check_finite(what, a, self._where())
-        return _Const(a, t.data_type)
+        return Const(a, t.data_type)
 
     def _read_inputs(self) -> list[str]:
         names = []
@@ -411,12 +393,14 @@ class _Translator:
             raise OnnxFrontendError(f"{where}: expected float32, found {found}; export the model with a float "
                                     "input (quantize inside the graph with QuantizeLinear or Quant)")
         dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
-        if not tt.HasField("shape") or len(dims) != 2 or dims[1] is None or dims[1] < 1:
+        if not tt.HasField("shape") or len(dims) < 2 or any(d is None or d < 1 for d in dims[1:]):
             shown = ["?" if d is None else d for d in dims] if tt.HasField("shape") else "unknown"
-            raise OnnxFrontendError(f"{where}: expected shape (batch, features) with a fixed feature count, found "
-                                    f"{shown}; bitforge compiles MLP-style models on flat feature vectors")
-        self.tensors[vi.name] = TensorSpec(vi.name, (int(dims[1]),), None)
-        self.values[vi.name] = _Act(vi.name)
+            raise OnnxFrontendError(f"{where}: expected shape (batch, features) or (batch, channels, *spatial) "
+                                    f"with fixed sizes after the batch, found {shown}; export with a fixed sample "
+                                    "shape (only the batch axis may be symbolic)")
+        self.batch = dims[0]
+        self.tensors[vi.name] = TensorSpec(vi.name, tuple(int(d) for d in dims[1:]), None)
+        self.values[vi.name] = Act(vi.name)
         return vi.name
 
     def _constant(self, n: onnx.NodeProto) -> None:
@@ -428,10 +412,10 @@ class _Translator:
         elif a.name in ("value_float", "value_floats"):
             arr = np.array(a.f if a.name == "value_float" else list(a.floats), dtype=np.float32)
             _check_finite(f"constant '{n.output[0]}'", arr, self._where())
-            self.values[n.output[0]] = _Const(arr, TensorProto.FLOAT)
+            self.values[n.output[0]] = Const(arr, TensorProto.FLOAT)
         elif a.name in ("value_int", "value_ints"):
             arr = np.array(a.i if a.name == "value_int" else list(a.ints), dtype=np.int64)
-            self.values[n.output[0]] = _Const(arr, TensorProto.INT64)
+            self.values[n.output[0]] = Const(arr, TensorProto.INT64)
         else:
             raise self._fail(f"Constant attribute '{a.name}' is not supported; expected value, value_float(s) "
                              "or value_int(s)")
@@ -442,19 +426,19 @@ class _Translator:
             raise self._fail(f"input '{name}' is neither a graph input, an initializer nor an earlier node's "
                              "output (nodes must be topologically sorted)")
         v = self.values[name]
-        if isinstance(v, _Codes):
+        if isinstance(v, Codes):
             raise self._fail(f"input '{name}' is the integer output of a QuantizeLinear; only DequantizeLinear "
                              "may consume it (integer-domain ops such as QLinearMatMul are not supported)")
         return v
 
-    def _const(self, name: str, what: str) -> _Const:
+    def _const(self, name: str, what: str) -> Const:
         v = self.values.get(name)
-        if not isinstance(v, _Const):
+        if not isinstance(v, Const):
             raise self._fail(f"{what} '{name}' must be a constant (initializer or Constant), found "
                              f"{'a computed tensor' if v is not None else 'nothing'}")
         return v
 
-    def _spec(self, v: _Act) -> TensorSpec:
+    def _spec(self, v: Act) -> TensorSpec:
         return self.tensors[v.tensor]
 
     def _attrs(self, n: onnx.NodeProto) -> dict:
@@ -473,22 +457,29 @@ class _Translator:
         self.node_names.add(name)
         return name
 
-    def _emit(self, node: Node, out: TensorSpec, exact: bool = False) -> _Act:
+    def _emit(self, node: Node, out: TensorSpec, exact: bool = False) -> Act:
         self.nodes.append(node)
         self.tensors[out.name] = out
         if exact:
             self.retypable.add(out.name)
-        return _Act(out.name)
+        return Act(out.name)
 
-    def _may_retype(self, onnx_name: str, v: _Act) -> bool:
-        """A quantizer may type its input's producer directly when nothing else reads that tensor."""
-        return v.tensor in self.retypable and v.tensor == onnx_name and self.uses[onnx_name] == 1
+    def _may_retype(self, onnx_name: str, v: Act) -> bool:
+        """A quantizer may type its input's producer directly when nothing else reads that tensor (nor, through a
+        required link, the tensor whose type it shares)."""
+        if not (v.tensor in self.retypable and v.tensor == onnx_name and self.uses[onnx_name] == 1):
+            return False
+        inner, required = self.links.get(v.tensor, (None, False))
+        return not required or self._may_retype(inner, Act(inner))
+
+    def _link(self, out: str, inner: str, required: bool) -> None:
+        self.links[out] = (inner, required)
 
     def _retype(self, tensor: str, dtype: FixedType) -> None:
         spec = self.tensors[tensor]
         self.tensors[tensor] = TensorSpec(tensor, spec.shape, dtype)
         self.retypable.discard(tensor)
-        inner = self.relu_input.pop(tensor, None)
+        inner, _ = self.links.pop(tensor, (None, False))
         if inner is not None and inner in self.retypable:
             self._retype(inner, dtype)
 
@@ -500,16 +491,16 @@ class _Translator:
             n.inputs = tuple(new if t == old else t for t in n.inputs)
             n.outputs = tuple(new if t == old else t for t in n.outputs)
         for v in self.values.values():
-            if isinstance(v, (_Act, _Codes)) and v.tensor == old:
+            if isinstance(v, (Act, Codes)) and v.tensor == old:
                 v.tensor = new
         if old in self.retypable:
             self.retypable.discard(old)
             self.retypable.add(new)
-        for k, v in list(self.relu_input.items()):
-            if v == old:
-                self.relu_input[k] = new
-        if old in self.relu_input:
-            self.relu_input[new] = self.relu_input.pop(old)
+        for k, (inner, required) in list(self.links.items()):
+            if inner == old:
+                self.links[k] = (new, required)
+        if old in self.links:
+            self.links[new] = self.links.pop(old)
         if old in self.biasless:
             self.biasless[new] = self.biasless.pop(old)
 
@@ -517,61 +508,26 @@ class _Translator:
     def _identity(self, n: onnx.NodeProto) -> None:
         self.values[n.output[0]] = self._value(n.input[0])
 
-    def _flatten(self, n: onnx.NodeProto) -> None:
-        v = self._value(n.input[0])
-        axis = self._attrs(n).get("axis", 1)
-        if isinstance(v, _Act):
-            if axis not in (1, -1):
-                raise self._fail(f"Flatten(axis={axis}) would merge the batch dimension; expected axis 1")
-            self.values[n.output[0]] = v
-            return
-        arr = v.array if isinstance(v, _Const) else v.codes
-        axis = axis % max(arr.ndim, 1) if arr.ndim else 0
-        shape = (int(np.prod(arr.shape[:axis])), int(np.prod(arr.shape[axis:])))
-        self.values[n.output[0]] = (_Const(arr.reshape(shape), v.elem) if isinstance(v, _Const)
-                                    else _QConst(arr.reshape(shape), v.dtype))
-
-    def _reshape(self, n: onnx.NodeProto) -> None:
-        v = self._value(n.input[0])
-        target = [int(d) for d in self._const(n.input[1], "Reshape shape").array.ravel()]
-        allowzero = self._attrs(n).get("allowzero", 0)
-        if isinstance(v, _Act):
-            feats = self._spec(v).shape
-            ok = (len(target) == 2 and target[0] in (-1, 0) and target[1] in (feats[0], -1)
-                  and target != [-1, -1] and not (allowzero and 0 in target))
-            if not ok:
-                raise self._fail(f"Reshape to {target} changes the per-sample shape; expected a no-op on "
-                                 f"(batch, {feats[0]}) such as [-1, {feats[0]}] or [0, -1]")
-            self.values[n.output[0]] = v
-            return
-        arr = v.array if isinstance(v, _Const) else v.codes
-        shape = [arr.shape[i] if d == 0 and not allowzero else d for i, d in enumerate(target)]
-        try:
-            out = arr.reshape(shape)
-        except ValueError as e:
-            raise self._fail(f"cannot reshape constant of shape {arr.shape} to {target} ({e})") from None
-        self.values[n.output[0]] = _Const(out, v.elem) if isinstance(v, _Const) else _QConst(out, v.dtype)
-
     # -- arithmetic --------------------------------------------------------------------------------
     def _relu(self, n: onnx.NodeProto) -> None:
         v = self._value(n.input[0])
-        if not isinstance(v, _Act):
+        if not isinstance(v, Act):
             raise self._fail("Relu of a constant is not supported; fold it before export")
         spec = self._spec(v)
         out = TensorSpec(n.output[0], spec.shape, spec.dtype)
         act = self._emit(ReLU(self._name(), (v.tensor,), (out.name,)), out, exact=not spec.is_float)
         self.values[n.output[0]] = act
         if self._may_retype(n.input[0], v):
-            self.relu_input[out.name] = v.tensor
+            self._link(out.name, v.tensor, required=False)
 
     def _add(self, n: onnx.NodeProto) -> None:
         a, b = self._value(n.input[0]), self._value(n.input[1])
-        if isinstance(a, _Act) and isinstance(b, _Act):
+        if isinstance(a, Act) and isinstance(b, Act):
             self.values[n.output[0]] = self._add_tensors(a, b, n.output[0])
             return
-        act_name, const = (n.input[0], b) if isinstance(a, _Act) else (n.input[1], a)
+        act_name, const = (n.input[0], b) if isinstance(a, Act) else (n.input[1], a)
         act = self.values[act_name]
-        if not isinstance(act, _Act):
+        if not isinstance(act, Act):
             raise self._fail("Add of two constants is not supported; fold it before export")
         dense = self.biasless.get(act.tensor)
         if dense is None or act.tensor != act_name or self.uses[act_name] != 1:
@@ -581,9 +537,9 @@ class _Translator:
         del self.biasless[act.tensor]
         self._set_bias(dense, const)
         self._rename(act.tensor, n.output[0])
-        self.values[n.output[0]] = _Act(n.output[0])
+        self.values[n.output[0]] = Act(n.output[0])
 
-    def _add_tensors(self, a: _Act, b: _Act, out_name: str) -> _Act:
+    def _add_tensors(self, a: Act, b: Act, out_name: str) -> Act:
         sa, sb = self._spec(a), self._spec(b)
         if sa.shape != sb.shape:
             raise self._fail(f"operand shapes differ: expected equal per-sample shapes, found {sa.shape} and "
@@ -601,34 +557,37 @@ class _Translator:
             raise self._fail("transA=1 transposes the batch dimension; expected transA=0 (activations as "
                              "(batch, features))")
         x, w = self._value(n.input[0]), self._value(n.input[1])
-        if not isinstance(x, _Act) or isinstance(w, _Act):
+        if not isinstance(x, Act) or isinstance(w, Act):
             raise self._fail("expected Gemm(activation, constant weight[, constant bias]); found "
-                             f"A={'activation' if isinstance(x, _Act) else 'constant'}, "
-                             f"B={'activation' if isinstance(w, _Act) else 'constant'}")
+                             f"A={'activation' if isinstance(x, Act) else 'constant'}, "
+                             f"B={'activation' if isinstance(w, Act) else 'constant'}")
         weight = w if at.get("transB", 0) else self._transpose(w)
         bias = self._value(n.input[2]) if len(n.input) > 2 and n.input[2] else None
-        if isinstance(bias, _Act):
+        if isinstance(bias, Act):
             raise self._fail("the bias C must be a constant, found a computed tensor")
         self._dense(n, x, weight, bias, float(at.get("alpha", 1.0)), float(at.get("beta", 1.0)))
 
     def _matmul(self, n: onnx.NodeProto) -> None:
         x, w = self._value(n.input[0]), self._value(n.input[1])
-        if not isinstance(x, _Act) or isinstance(w, _Act):
+        if not isinstance(x, Act) or isinstance(w, Act):
             raise self._fail("expected MatMul(activation, constant weight) i.e. x @ W; found "
-                             f"A={'activation' if isinstance(x, _Act) else 'constant'}, "
-                             f"B={'activation' if isinstance(w, _Act) else 'constant'}")
+                             f"A={'activation' if isinstance(x, Act) else 'constant'}, "
+                             f"B={'activation' if isinstance(w, Act) else 'constant'}")
         self._dense(n, x, self._transpose(w), None, 1.0, 1.0)
 
-    def _transpose(self, w: Union[_Const, _QConst]) -> Union[_Const, _QConst]:
-        arr = w.array if isinstance(w, _Const) else w.codes
+    def _transpose(self, w: Union[Const, QConst]) -> Union[Const, QConst]:
+        arr = w.array if isinstance(w, Const) else w.codes
         if arr.ndim != 2:
             raise self._fail(f"weight must be a 2-D matrix, found shape {arr.shape}")
-        return _Const(arr.T.copy(), w.elem) if isinstance(w, _Const) else _QConst(arr.T.copy(), w.dtype)
+        return Const(arr.T.copy(), w.elem) if isinstance(w, Const) else QConst(arr.T.copy(), w.dtype)
 
-    def _dense(self, n: onnx.NodeProto, x: _Act, w: Union[_Const, _QConst], bias, alpha: float,
+    def _dense(self, n: onnx.NodeProto, x: Act, w: Union[Const, QConst], bias, alpha: float,
                beta: float) -> None:
         xs = self._spec(x)
-        arr = w.array if isinstance(w, _Const) else w.codes
+        if len(xs.shape) != 1:
+            raise self._fail(f"input '{x.tensor}' has per-sample shape {xs.shape}; {n.op_type} takes a flat feature "
+                             "vector (batch, features): flatten it first (nn.Flatten / Flatten(axis=1))")
+        arr = w.array if isinstance(w, Const) else w.codes
         if arr.ndim != 2 or arr.shape[1] != xs.shape[0]:
             raise self._fail(f"weight shape mismatch: input '{x.tensor}' has {xs.shape[0]} features, so the "
                              f"weight (as (out, in)) must be (*, {xs.shape[0]}); found {arr.shape}. The "
@@ -640,7 +599,7 @@ class _Translator:
             self.nodes.append(node)
             self.tensors[out_name] = TensorSpec(out_name, (arr.shape[0],), None)
         else:
-            if not isinstance(w, _QConst):
+            if not isinstance(w, QConst):
                 raise self._fail(f"input '{x.tensor}' is quantized ({xs.type_str()}) but the weight is float; "
                                  "quantize the weight too (DequantizeLinear or Quant on the initializer)")
             if alpha != 1.0 or beta != 1.0:
@@ -651,14 +610,14 @@ class _Translator:
             self.nodes.append(node)
             self.tensors[out_name] = TensorSpec(out_name, (arr.shape[0],), None)  # typed by _set_bias
             self.retypable.add(out_name)
-        self.values[out_name] = _Act(out_name)
+        self.values[out_name] = Act(out_name)
         if bias is not None:
             self._set_bias(node, bias, beta)
         else:
             self._set_bias(node, None)
             self.biasless[out_name] = node
 
-    def _set_bias(self, node: Dense, bias: Optional[Union[_Const, _QConst]], beta: float = 1.0) -> None:
+    def _set_bias(self, node: Dense, bias: Optional[Union[Const, QConst]], beta: float = 1.0) -> None:
         """Attach a bias to ``node`` and (for fixed point) recompute the exact output type."""
         xs = self.tensors[node.input]
         if bias is not None:
@@ -669,20 +628,20 @@ class _Translator:
             return
         if bias is not None:
             node.bias, node.bias_type = self._fixed_bias(bias, xs.dtype.frac + node.weight_type.frac)
-        dtype = _dense_output_type(xs.dtype, node.weight, node.weight_type, node.bias, node.bias_type)
+        dtype = dense_output_type(xs.dtype, node.weight, node.weight_type, node.bias, node.bias_type)
         self.tensors[node.output] = TensorSpec(node.output, (node.out_features,), dtype)
 
-    def _bias_vector(self, bias: Union[_Const, _QConst], n_out: int) -> Union[_Const, _QConst]:
+    def _bias_vector(self, bias: Union[Const, QConst], n_out: int) -> Union[Const, QConst]:
         """Biases arrive as (out,), (1, out) or a scalar (ONNX broadcasting): bring them to (out,)."""
-        arr = bias.array if isinstance(bias, _Const) else bias.codes
+        arr = bias.array if isinstance(bias, Const) else bias.codes
         if arr.size not in (1, n_out) or (arr.size == n_out and arr.shape[-1:] != (n_out,)) or arr.ndim > 2:
             raise self._fail(f"bias shape mismatch: expected ({n_out},) (or broadcastable to it), found {arr.shape}")
         vec = np.broadcast_to(arr.reshape(-1), (n_out,)).copy()
-        return _Const(vec, bias.elem) if isinstance(bias, _Const) else _QConst(vec, bias.dtype)
+        return Const(vec, bias.elem) if isinstance(bias, Const) else QConst(vec, bias.dtype)
 
-    def _fixed_bias(self, bias: Union[_Const, _QConst], accum_frac: int) -> tuple[np.ndarray, FixedType]:
+    def _fixed_bias(self, bias: Union[Const, QConst], accum_frac: int) -> tuple[np.ndarray, FixedType]:
         """A bias must sit on the accumulator's grid 2**-(frac(x)+frac(W)) or coarser, exactly."""
-        if isinstance(bias, _QConst):
+        if isinstance(bias, QConst):
             if bias.dtype.frac > accum_frac:
                 raise self._fail(f"bias type {bias.dtype} has {bias.dtype.frac} fractional bits, finer than the "
                                  f"accumulator's {accum_frac} (frac(x) + frac(W)); quantize the bias with scale "
@@ -697,10 +656,10 @@ class _Translator:
                 "accumulator (scale(x) * scale(W)); it cannot be added exactly. Quantize the bias in the model "
                 f"(Brevitas Int32Bias / QONNX Quant or int32 DequantizeLinear with scale 2**-{accum_frac})")
         q = codes.astype(np.int64)
-        return q, _holding_type(int(q.min(initial=0)), int(q.max(initial=0)), accum_frac, Rounding.RND_CONV)
+        return q, holding_type(int(q.min(initial=0)), int(q.max(initial=0)), accum_frac, Rounding.RND_CONV)
 
-    def _float_weights(self, w: Union[_Const, _QConst], what: str) -> np.ndarray:
-        if isinstance(w, _Const):
+    def _float_weights(self, w: Union[Const, QConst], what: str) -> np.ndarray:
+        if isinstance(w, Const):
             if w.array.dtype.kind not in "fiu":
                 raise self._fail(f"{what} has unsupported dtype {w.array.dtype}")
             return w.array.astype(np.float32)
@@ -756,21 +715,21 @@ class _Translator:
     def _quantize_linear(self, n: onnx.NodeProto) -> None:
         v = self._value(n.input[0])
         scale, zp, elem = self._qdq_params(n)
-        if isinstance(v, _QConst):
+        if isinstance(v, QConst):
             raise self._fail("QuantizeLinear of an already dequantized constant is not supported")
-        if isinstance(v, _Const):
+        if isinstance(v, Const):
             g = self._qdq_grid(n, elem, scale, zp, v.array.shape)
             # ONNX: saturate(round_half_even(x / scale) + zero_point); x / 2**-F is exact.
             q = np.rint(np.ldexp(v.array.astype(np.float64), g.frac)) + g.zero_point
-            self.values[n.output[0]] = _Const(np.clip(q, g.lo, g.hi).astype(np.int64), elem)
+            self.values[n.output[0]] = Const(np.clip(q, g.lo, g.hi).astype(np.int64), elem)
             return
         dtype = self._activation_type(self._qdq_grid(n, elem, scale, zp, None))
         tensor = self._quantize_activation(n.input[0], v, dtype, n.output[0])
-        self.values[n.output[0]] = _Codes(tensor, scale, zp, elem)
+        self.values[n.output[0]] = Codes(tensor, scale, zp, elem)
 
     def _dequantize_linear(self, n: onnx.NodeProto) -> None:
         v = self.values.get(n.input[0])
-        if isinstance(v, _Codes):
+        if isinstance(v, Codes):
             scale, zp, _ = self._qdq_params(n)
             same = np.array_equal(scale.ravel(), v.scale.ravel()) and np.array_equal(zp.ravel(), v.zero_point.ravel())
             if not same:
@@ -778,11 +737,11 @@ class _Translator:
                                  f"but its QuantizeLinear used {v.scale.ravel().tolist()}, "
                                  f"{v.zero_point.ravel().tolist()}; expected the same parameters on both sides of a "
                                  "Q/DQ pair")
-            self.values[n.output[0]] = _Act(v.tensor)
+            self.values[n.output[0]] = Act(v.tensor)
             return
-        if not isinstance(v, _Const) or v.elem not in INT_RANGES:
-            found = {type(None): "nothing", _Const: "a non-integer constant", _Act: "a float tensor",
-                     _QConst: "an already dequantized constant"}[type(v)]
+        if not isinstance(v, Const) or v.elem not in INT_RANGES:
+            found = {type(None): "nothing", Const: "a non-integer constant", Act: "a float tensor",
+                     QConst: "an already dequantized constant"}[type(v)]
             raise self._fail(f"expected integer codes (an integer initializer or a QuantizeLinear output), found "
                              f"{found}; quantized graph inputs are not supported: take a float input and quantize "
                              "it in the graph")
@@ -802,9 +761,9 @@ class _Translator:
         x = self._value(n.input[0])
         scale = self._const(n.input[1], "scale").array
         zeropt = _integral(self._const(n.input[2], "zeropt").array, self._where(), "zeropt")
-        if isinstance(x, _QConst):
+        if isinstance(x, QConst):
             raise self._fail("Quant of an already quantized constant is not supported")
-        if isinstance(x, _Const):
+        if isinstance(x, Const):
             self.values[n.output[0]] = self._quant_constant(x.array, scale, zeropt, lo, hi, mode)
             return
         if scale.size != 1 or zeropt.size != 1:
@@ -816,7 +775,7 @@ class _Translator:
                              "Retrain with ROUND (or FLOOR)")
         g = _Grid(_pow2_fracs(scale.reshape(()), self._where()), zeropt.reshape(()), lo, hi, QONNX_ROUNDING[mode])
         dtype = self._activation_type(g)
-        self.values[n.output[0]] = _Act(self._quantize_activation(n.input[0], x, dtype, n.output[0]))
+        self.values[n.output[0]] = Act(self._quantize_activation(n.input[0], x, dtype, n.output[0]))
 
     def _quant_range(self, n: onnx.NodeProto) -> tuple[int, int]:
         """[min_int, max_int] of a Quant node (QONNX spec): narrow drops the most negative signed code, or
@@ -835,7 +794,7 @@ class _Translator:
         return 0, (1 << b) - 1 - int(narrow)
 
     def _quant_constant(self, x: np.ndarray, scale: np.ndarray, zeropt: np.ndarray, lo: int, hi: int,
-                        mode: str) -> _QConst:
+                        mode: str) -> QConst:
         """Evaluate Quant on an initializer: any rounding mode is exact here, the codes are computed once."""
         try:
             s_full, z_full = np.broadcast_to(scale, x.shape), np.broadcast_to(zeropt, x.shape)
@@ -849,7 +808,7 @@ class _Translator:
 
     def _activation_type(self, g: _Grid) -> FixedType:
         zp = int(g.zero_point)
-        t = _range_type(g.lo - zp, g.hi - zp, int(g.frac), g.rounding)
+        t = range_type(g.lo - zp, g.hi - zp, int(g.frac), g.rounding)
         if t is None:
             raise self._fail(
                 f"codes in [{g.lo}, {g.hi}] with zero point {zp} give the value range [{g.lo - zp}, {g.hi - zp}] "
@@ -858,7 +817,7 @@ class _Translator:
                 "quantization; uint8 with zero point 128 also works) or unsigned narrow=0")
         return t
 
-    def _quantize_activation(self, onnx_name: str, v: _Act, dtype: FixedType, out_name: str) -> str:
+    def _quantize_activation(self, onnx_name: str, v: Act, dtype: FixedType, out_name: str) -> str:
         """Type ``v`` with ``dtype``: a Quantize (float input), a retype of the producer, or a Requantize."""
         spec = self._spec(v)
         if spec.is_float:
@@ -870,7 +829,7 @@ class _Translator:
         out = TensorSpec(out_name, spec.shape, dtype)
         return self._emit(Requantize(self._name(), (v.tensor,), (out_name,)), out).tensor
 
-    def _quantized_constant(self, q: np.ndarray, g: _Grid) -> _QConst:
+    def _quantized_constant(self, q: np.ndarray, g: _Grid) -> QConst:
         """Codes on per-element grids -> one type: every element moved onto the finest grid (exact shifts)."""
         frac = np.broadcast_to(g.frac, q.shape)
         zp = np.broadcast_to(g.zero_point, q.shape)
@@ -883,7 +842,7 @@ class _Translator:
         lo = int(((g.lo - zp) << shift).min(initial=0))
         hi = int(((g.hi - zp) << shift).max(initial=0))
         rounding = g.rounding if g.rounding is not None else Rounding.TRN
-        return _QConst(codes.astype(np.int64), _holding_type(lo, hi, top, rounding))
+        return QConst(codes.astype(np.int64), holding_type(lo, hi, top, rounding))
 
     # -- outputs ------------------------------------------------------------------------------------
     def _outputs(self) -> list[str]:
@@ -893,10 +852,10 @@ class _Translator:
         for o in self.g.output:
             v = self.values.get(o.name)
             where = f"{self.source}: graph output '{o.name}'"
-            if not isinstance(v, (_Act, _Codes)):
+            if not isinstance(v, (Act, Codes)):
                 raise OnnxFrontendError(f"{where}: is {'a constant' if v is not None else 'never produced'}; "
                                         "expected a tensor computed from the graph input")
-            if isinstance(v, _Codes) and np.any(v.zero_point != 0):
+            if isinstance(v, Codes) and np.any(v.zero_point != 0):
                 raise OnnxFrontendError(f"{where}: integer codes with a non-zero zero point; expected the graph to "
                                         "end in DequantizeLinear (or zero point 0)")
             if v.tensor in graph_inputs:

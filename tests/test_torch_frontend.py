@@ -280,16 +280,17 @@ def test_load_pt2_reports_missing_and_unreadable_files(tmp_path):
 # -- errors -------------------------------------------------------------------------------------------
 
 def test_unsupported_op_names_the_op_the_module_and_what_is_supported():
-    model = nn.Sequential(nn.Linear(4, 4), nn.Sigmoid())
+    model = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4))
     with pytest.raises(FrontendError) as e:
         from_torch(model, torch.randn(2, 4))
     msg = str(e.value)
-    assert "aten::sigmoid" in msg and "module '1'" in msg and "Sigmoid" in msg and "supported modules" in msg
+    assert "aten::layer_norm" in msg and "module '1'" in msg and "LayerNorm" in msg and "supported modules" in msg
 
 
-def test_unsupported_module_conv1d_is_named():
-    with pytest.raises(FrontendError, match=r"module '0', torch\.nn\.modules\.conv\.Conv1d\): op aten::conv1d"):
-        from_torch(nn.Sequential(nn.Conv1d(2, 2, 3)), torch.randn(2, 2, 8))
+def test_unsupported_module_conv_transpose1d_is_named():
+    with pytest.raises(FrontendError,
+                       match=r"module '0', torch\.nn\.modules\.conv\.ConvTranspose1d.*\): op aten::conv_transpose1d"):
+        from_torch(nn.Sequential(nn.ConvTranspose1d(2, 2, 3)), torch.randn(2, 2, 8))
 
 
 def test_nan_weight_is_named():

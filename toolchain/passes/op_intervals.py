@@ -51,7 +51,7 @@ from .intervals import (
     box_matmul,
 )
 
-__all__ = ["fixed_stages", "float_bounds"]
+__all__ = ["fixed_stages", "float_bounds", "INCREASING", "DIP", "dip_bracket", "function_range"]
 
 
 # -- shared plumbing ------------------------------------------------------------------------------------------
@@ -406,22 +406,23 @@ def _hard_sigmoid_float(g: Graph, n: HardSigmoid, xs: list[Bounds]) -> Bounds:
 
 
 #: Table functions increasing everywhere: their range over an interval is the image of its ends.
-_INCREASING = frozenset({"sigmoid", "tanh", "elu", "softplus", "exp"})
+INCREASING = frozenset({"sigmoid", "tanh", "elu", "softplus", "exp"})
 #: Table functions that fall to one minimum and then rise (quasi-convex): the ends bound the maximum, and an interval
 #: holding the minimum reaches down to it.
-_DIP = frozenset({"gelu", "gelu_tanh", "silu"})
+DIP = frozenset({"gelu", "gelu_tanh", "silu"})
 #: Where every value of a function lies (after the float32 cast too); the ends' image is clipped into it.
 _RANGE = {"sigmoid": (0.0, 1.0), "tanh": (-1.0, 1.0), "elu": (-1.0, np.inf), "softplus": (0.0, np.inf),
           "exp": (0.0, np.inf)}
 
 
 @lru_cache(maxsize=None)
-def _dip(name: str) -> tuple[float, float, float]:
-    """(left, right, floor): an interval that holds the function's minimiser, and a value below its minimum.
+def dip_bracket(name: str) -> tuple[float, float, float]:
+    """(left, right, floor) of a :data:`DIP` function: an interval that holds its minimiser, and a value below its
+    minimum.
 
     The function is sampled on a grid of step h over [-4, 0] (every dip function here has its minimum there); for a
     function with one minimum the true minimiser lies within one step of the best sample, and the minimum is within
-    L * h of that sample's value (L = 1.5 bounds |f'| of gelu, gelu_tanh and silu everywhere), so 2 L h below it is
+    L * h of that sample's value (L = 1.5 bounds |f'| of gelu, gelu_tanh and silu everywhere), so 3 h below it is
     a safe floor.
     """
     h = 2.0 ** -12
@@ -432,23 +433,29 @@ def _dip(name: str) -> tuple[float, float, float]:
     return float(grid[i - 1]), float(grid[i + 1]), float(values[i]) - 3.0 * h
 
 
+def function_range(name: str, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds of table function ``name``'s real values over ``[lo, hi]`` (element-wise float64; not yet widened
+    for rounding), from its shape; a function of no known shape is refused (its range cannot be bounded)."""
+    f = tables.function(name)
+    fl, fh = f(lo), f(hi)
+    if name in INCREASING:
+        return fl, fh
+    if name in DIP:
+        left, right, floor = dip_bracket(name)
+        low = np.where(hi <= left, fh, np.where(lo >= right, fl, np.minimum(np.minimum(fl, fh), floor)))
+        return low, np.maximum(fl, fh)
+    raise IntervalError(f"no interval rule for table function '{name}': say whether it is increasing or has one "
+                        "minimum in toolchain/passes/op_intervals.py (INCREASING, DIP)")
+
+
 def _table_float(g: Graph, n: Table, xs: list[Bounds]) -> Bounds:
     """The function's range over each interval from its shape (increasing, or one dip), widened by the float32 cast
     of its float64 value (F32_REL also covers the float64 evaluation's own error)."""
     x = xs[0]
-    f = tables.function(n.function)
-    xl, xh = _finite(x.lo), _finite(x.hi)
-    fl, fh = f(xl), f(xh)
-    if n.function in _INCREASING:
-        lo, hi = fl, fh
-    elif n.function in _DIP:
-        left, right, floor = _dip(n.function)
-        lo = np.where(xh <= left, fh, np.where(xl >= right, fl, np.minimum(np.minimum(fl, fh), floor)))
-        hi = np.maximum(fl, fh)
-    else:
-        raise IntervalError(f"{n.describe()}: no interval rule for the float form of table function "
-                            f"'{n.function}'; say whether it is increasing or has one minimum in "
-                            "toolchain/passes/op_intervals.py (_INCREASING, _DIP)")
+    try:
+        lo, hi = function_range(n.function, _finite(x.lo), _finite(x.hi))
+    except IntervalError as e:
+        raise IntervalError(f"{n.describe()}: {e}") from None
     err = _rounding_error(np.nan_to_num(lo, posinf=0.0, neginf=0.0), np.nan_to_num(hi, posinf=0.0, neginf=0.0))
     lo, hi = lo - err, hi + err
     if n.function in _RANGE:

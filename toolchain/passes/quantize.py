@@ -6,15 +6,20 @@ The spec is the CLI's ``--precision SPEC``. Grammar (items separated by commas o
     ITEM  := WIDTH                     weights and activations of WIDTH bits          8
            | 'w' WIDTH 'a' WIDTH       weight width, activation width                 w8a16
            | KEY '=' VALUE             a global or per-layer choice                   weight=fixed<8,2,RND_CONV,SAT>
+           | 'table_size=' COUNT       entries per lookup table (default 1024)        table_size=256
     KEY   := 'weight' | 'act'          every layer's weights / every activation
            | NODE '.' FIELD            one layer: FIELD is weight, bias, act or mid   fc1.weight=4
     VALUE := WIDTH | TYPE              TYPE: fixed<W,I[,ROUNDING[,OVERFLOW]]>, ufixed<...>, ap_fixed<...>
     WIDTH := an integer from 2 to 32
+    COUNT := an integer from 2 to 65536
 
 Examples: ``8``, ``w4a8``, ``weight=fixed<8,2,RND_CONV,SAT>,act=fixed<16,6,RND_CONV,SAT>``,
-``w8a16,fc1.weight=fixed<6,1,RND_CONV,SAT>,fc2.act=12``. Weights and activations must both be given.
-``NODE.weight`` covers a LowRankDense's u and v and a KANLayer's coefficients; ``NODE.mid`` is a
-LowRankDense's intermediate ``V x``; ``INPUT.act`` (a graph input's name) types its quantizer.
+``w8a16,fc1.weight=fixed<6,1,RND_CONV,SAT>,fc2.act=12``, ``w8a16,table_size=256``. Weights and activations
+must both be given. ``NODE.weight`` covers a LowRankDense's u and v, a KANLayer's coefficients, a Conv's
+weight, a ScaleShift's scale, a LeakyReLU's slopes and a HardSigmoid's alpha and beta; ``NODE.bias`` a Conv's
+bias and a ScaleShift's shift; ``NODE.mid`` is a LowRankDense's intermediate ``V x``; ``INPUT.act`` (a graph
+input's name) types its quantizer. ``table_size`` is hls4ml's: at most that many entries in every Table and in
+each of a Softmax's two tables.
 
 A width alone lets the data choose the integer bits (the fewest that hold the values, sign included):
 weights from each matrix's own min and max, activations from calibration ranges or, without calibration,
@@ -25,6 +30,19 @@ are unsigned, which buys one bit of resolution. Biases get twice the weight widt
 (the accumulator's LSB, so adding them rounds nothing), losing fractional bits only when their integer
 part needs the room.
 
+The ops of the models people bring: a Conv is quantized as a Dense (weight, bias), a ScaleShift's scale as a
+weight and its shift as a bias. A LeakyReLU's slopes are weights: a width-only type fits its integer bits to
+the slopes, so a power-of-two slope (0.125) is exact and 0.01 at 8 bits is 82 * 2**-13 (0.2 % off). A
+HardSigmoid's alpha and beta share one type of max(16, weight width) bits with integer bits fitted to them
+(fixed<16,1>: PyTorch's 1/6 is 5461 * 2**-15, ONNX's 0.2 is 6554 * 2**-15, beta 0.5 is exact). A Table's input range
+is the proven interval of its input (narrowed to the calibration range when there is one), less the ends where
+the rounded function is already constant (sigmoid's and tanh's flat tails): inputs beyond read the end
+entries. Its output type is ufixed<A,0> for sigmoid, fixed<A,1> for tanh, else fitted to the function's range
+over that input range (A: the activation width). A Softmax gets ``tables.softmax_tables`` (18-bit exp and
+reciprocal tables) and a ufixed<A,1> output; an ArgMax ufixed<B,B> with B the bits of n - 1; Reshape and
+Transpose keep their input's type (an act override for them is refused); Clip, Pool, Concat and the rest
+take activation types like any other layer.
+
 Only float graphs are accepted: a graph that already has fixed-point tensors raises
 :class:`QuantizeError` (re-typing codes would round twice; quantize the float model instead).
 """
@@ -32,38 +50,57 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Mapping, Optional, Union
 
 import numpy as np
 
-from .. import emulate, fixed
+from .. import emulate, fixed, tables
 from ..bspline import index_params
 from ..errors import BitforgeError
 from ..fixed import FixedType, FixedTypeError, Overflow, Rounding, parse_type
 from ..ir import (
+    ArgMax,
+    Conv,
     Dense,
     Graph,
+    HardSigmoid,
     IRError,
     KANLayer,
+    LeakyReLU,
     LowRankDense,
     Node,
     Quantize,
-    ReLU,
     Requantize,
+    Reshape,
+    ScaleShift,
+    Softmax,
+    Table,
     TensorSpec,
+    Transpose,
     validate,
 )
 from ..weight_codes import WEIGHT_CODES_KEY, weight_code_counts
-from .intervals import Bounds, Stage, input_bounds, node_stages, round_to_code
+from .intervals import Bounds, IntervalError, Stage, analyze, input_bounds, node_stages, round_to_code
 from .precision import infer_precision
+from .quantize_tables import (
+    TableChoiceError,
+    calibrated_codes,
+    quantized_softmax,
+    quantized_table,
+    softmax_type,
+    table_type,
+)
 
 __all__ = ["PrecisionSpec", "PrecisionSpecError", "QuantizeError", "parse_precision", "quantize_graph",
            "fit_integer_bits", "GRAMMAR"]
 
 GRAMMAR = __doc__.split("::", 1)[1].split("\n\n", 2)[1]
 MIN_WIDTH, MAX_WIDTH = 2, 32
+MIN_TABLE_SIZE, MAX_TABLE_SIZE = 2, 65536
+#: HardSigmoid's alpha and beta get at least this many bits: 1/6 and 0.2 then land within 2**-16 of their value.
+ALPHA_BITS = 16
 LAYER_FIELDS = ("weight", "bias", "act", "mid")
 
 #: A width (integer bits chosen from the data) or an explicit type.
@@ -100,6 +137,18 @@ def _check_value(value, key: str) -> Precision:
     raise _Problem(f"{key}: expected a width or a fixed-point type, found {value!r}")
 
 
+def _check_table_size(value) -> Optional[int]:
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) \
+            or not MIN_TABLE_SIZE <= int(value) <= MAX_TABLE_SIZE:
+        raise _Problem(f"table_size: expected a count of entries from {MIN_TABLE_SIZE} to {MAX_TABLE_SIZE}, "
+                       f"found {value!r}")
+    return int(value)
+
+
 def _check_key(key: str) -> str:
     node, _, fld = str(key).rpartition(".")
     if not node or fld not in LAYER_FIELDS or re.search(r"[\s=,<>]", node):
@@ -112,16 +161,19 @@ def _check_key(key: str) -> str:
 class PrecisionSpec:
     """What ``--precision`` asks for: global weight and activation precision plus per-layer overrides.
 
-    ``overrides`` holds ``("NODE.FIELD", precision)`` pairs, FIELD one of weight, bias, act, mid.
+    ``overrides`` holds ``("NODE.FIELD", precision)`` pairs, FIELD one of weight, bias, act, mid;
+    ``table_size`` the entries of each lookup table (None: :data:`bitforge.toolchain.tables.TABLE_SIZE`).
     ``str(spec)`` is the spec in the grammar's canonical form and parses back to an equal spec.
     """
 
     weight: Precision
     act: Precision
     overrides: tuple[tuple[str, Precision], ...] = ()
+    table_size: Optional[int] = None
 
     def __post_init__(self) -> None:
         try:
+            object.__setattr__(self, "table_size", _check_table_size(self.table_size))
             object.__setattr__(self, "weight", _check_value(self.weight, "weight"))
             object.__setattr__(self, "act", _check_value(self.act, "act"))
             keys = [_check_key(k) for k, _ in self.overrides]
@@ -146,7 +198,13 @@ class PrecisionSpec:
             head = [str(self.weight)] if self.weight == self.act else [f"w{self.weight}a{self.act}"]
         else:
             head = [f"weight={text(self.weight)}", f"act={text(self.act)}"]
-        return ",".join(head + [f"{k}={text(v)}" for k, v in self.overrides])
+        size = [] if self.table_size is None else [f"table_size={self.table_size}"]
+        return ",".join(head + [f"{k}={text(v)}" for k, v in self.overrides] + size)
+
+    @property
+    def entries(self) -> int:
+        """Entries per lookup table: the spec's ``table_size``, else hls4ml's default."""
+        return tables.TABLE_SIZE if self.table_size is None else self.table_size
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -182,6 +240,10 @@ def _parse_item(part: str, found: dict[str, Precision], overrides: list[tuple[st
         key, value = (s.strip() for s in part.split("=", 1))
         if key in ("weight", "act"):
             put(key, _check_value(value, key))
+        elif key == "table_size":
+            if key in found:
+                raise _Problem("table_size is given twice")
+            found[key] = _check_table_size(value)
         else:
             overrides.append((_check_key(key), _check_value(value, key)))
     else:
@@ -207,7 +269,7 @@ def parse_precision(text: str) -> PrecisionSpec:
     twice = sorted({k for k in keys if keys.count(k) > 1})
     if twice:
         raise _spec_error(f"override {twice[0]} is given twice", text=text)
-    return PrecisionSpec(found["weight"], found["act"], tuple(overrides))
+    return PrecisionSpec(found["weight"], found["act"], tuple(overrides), found.get("table_size"))
 
 
 # -- choosing types from values -----------------------------------------------------------------------
@@ -306,11 +368,21 @@ def _check_overrides(g: Graph, spec: PrecisionSpec) -> None:
                 continue
             raise QuantizeError(f"precision override '{key}': graph '{g.name}' has no node '{name}' "
                                 f"(nodes: {', '.join(layers)}; inputs take '<input>.act')")
-        ok = {"weight": isinstance(n, (Dense, LowRankDense, KANLayer)),
-              "bias": isinstance(n, (Dense, LowRankDense)) and n.bias is not None,
+        if fld == "act" and type(n) in _FIXED_OUTPUT:
+            raise QuantizeError(f"precision override '{key}': {n.describe()} {_FIXED_OUTPUT[type(n)]}; drop the "
+                                "override")
+        ok = {"weight": isinstance(n, (Dense, LowRankDense, KANLayer, Conv, ScaleShift, LeakyReLU, HardSigmoid)),
+              "bias": (isinstance(n, (Dense, LowRankDense, Conv)) and n.bias is not None)
+              or (isinstance(n, ScaleShift) and n.shift is not None),
               "act": True, "mid": isinstance(n, LowRankDense)}[fld]
         if not ok:
             raise QuantizeError(f"precision override '{key}': {n.describe()} has no {fld}")
+
+
+#: Ops whose output type follows from the op, not from the spec (why, for the refusal of an act override).
+_FIXED_OUTPUT = {Reshape: "moves data only: its output type is its input's",
+                 Transpose: "moves data only: its output type is its input's",
+                 ArgMax: "outputs integer indices: its type is ufixed<B,B>, B the bits of the last index"}
 
 
 # -- calibration --------------------------------------------------------------------------------------
@@ -345,6 +417,7 @@ class _Builder:
     nodes: list[Node]
     env: dict[str, Bounds]
     declared: bool  # the graph has metadata['input_range']
+    source: dict[str, str] = field(default_factory=dict)  # quantized graph input -> the float tensor it stands for
 
     def graph(self) -> Graph:
         return Graph(self.src.name, list(self.src.inputs), list(self.src.outputs), self.tensors, self.nodes,
@@ -363,8 +436,32 @@ class _Builder:
             signed = lo < 0
         else:
             lo, hi = self.observed[n.input if isinstance(n, Quantize) else tensor]  # a quantizer sees its input
-            signed = not isinstance(n, ReLU)
+            # Unsigned where the analysis proves the values >= 0 (ReLU, Clip at 0, an average of those...): the
+            # float calibration run may still dip a rounding below 0 there.
+            signed = not stage.exact.span()[0] >= 0
+            lo = lo if signed else max(lo, Fraction(0))
         return _type_from_range(p, lo, hi, signed)
+
+    def table(self, n: Table, key: str) -> tuple[Table, FixedType]:
+        """A Table's output type and entries over the codes its input can reach (see quantize_tables)."""
+        x, b = self.tensors[n.input].dtype, self.env[n.input]
+        seen = None if self.observed is None else self.observed.get(self.source.get(n.input, n.input))
+        lo, hi = calibrated_codes(x, int(min(b.lo.ravel())), int(max(b.hi.ravel())), seen)
+        p = self.spec.lookup(key, "act")
+        try:
+            out = p if isinstance(p, FixedType) else table_type(n.function, p, x, lo, hi, _type_from_range)
+            return quantized_table(n, x, lo, hi, out, self.spec.entries), out
+        except TableChoiceError as e:
+            raise QuantizeError(f"{n.describe()}: {e}") from None
+
+    def softmax(self, n: Softmax, key: str) -> tuple[Softmax, FixedType]:
+        p = self.spec.lookup(key, "act")
+        spec = self.tensors[n.input]
+        try:
+            q = quantized_softmax(n, spec.dtype, spec.shape[-1], self.spec.entries)
+        except TableChoiceError as e:
+            raise QuantizeError(f"{n.describe()}: {e}") from None
+        return q, p if isinstance(p, FixedType) else softmax_type(p)
 
     def add(self, n: Node, key: str, proven: bool = False) -> None:
         """Type ``n``'s output (its intermediate first, for LowRankDense), then append it."""
@@ -372,11 +469,25 @@ class _Builder:
             mid_stage = next(s for s in self.stages(dataclasses.replace(n, bias=None)) if s.where == "intermediate")
             mid = self.activation(n, n.name, f"{n.name}.mid", mid_stage, proven)
             n = _low_rank_bias(dataclasses.replace(n, mid_type=mid), self.spec)
-        stage = self.stages(n)[-1]
-        t = self.activation(n, key, n.output, stage, proven)
+        if isinstance(n, Table):
+            n, t = self.table(n, key)
+        elif isinstance(n, Softmax):
+            n, t = self.softmax(n, key)
+        elif isinstance(n, ArgMax):
+            t = _index_type(self.tensors[n.input].shape[-1])
+        elif isinstance(n, (Reshape, Transpose)):
+            t = self.tensors[n.input].dtype
+        else:
+            t = self.activation(n, key, n.output, self.stages(n)[-1], proven)
         self.tensors[n.output] = dataclasses.replace(self.tensors[n.output], dtype=t)
         self.env[n.output] = self.stages(n)[-1].result
         self.nodes.append(n)
+
+
+def _index_type(count: int) -> FixedType:
+    """ufixed<B,B>: the integers 0 .. count - 1."""
+    bits = max(1, (count - 1).bit_length())
+    return FixedType(bits, bits, False)
 
 
 def _proven_span(b: Bounds, tensor: str, key: str) -> tuple[Fraction, Fraction]:
@@ -391,7 +502,7 @@ def _proven_span(b: Bounds, tensor: str, key: str) -> tuple[Fraction, Fraction]:
 def _quantize_layer(n: Node, spec: PrecisionSpec, x: FixedType) -> Node:
     """Weights to codes (LowRankDense's bias waits for its mid type); the accumulators stay for infer_precision."""
     p = spec.lookup(n.name, "weight")
-    if isinstance(n, Dense):
+    if isinstance(n, (Dense, Conv)):
         wt = _weight_type(p, n.weight)
         fields = dict(weight=_codes(n.weight, wt, n, "weight"), weight_type=wt)
         if n.bias is not None:
@@ -402,6 +513,22 @@ def _quantize_layer(n: Node, spec: PrecisionSpec, x: FixedType) -> Node:
         ut, vt = _weight_type(p, n.u), _weight_type(p, n.v)
         return dataclasses.replace(n, u=_codes(n.u, ut, n, "u"), v=_codes(n.v, vt, n, "v"), u_type=ut, v_type=vt,
                                    mid_type=None, accum_v_type=None, accum_type=None)
+    if isinstance(n, ScaleShift):
+        st = _weight_type(p, n.scale)
+        fields = dict(scale=_codes(n.scale, st, n, "scale"), scale_type=st)
+        if n.shift is not None:
+            ht = _bias_type(n, spec.lookup(n.name, "bias"), st, x.frac + st.frac, n.shift)
+            fields.update(shift=_codes(n.shift, ht, n, "shift"), shift_type=ht)
+        return dataclasses.replace(n, accum_type=None, **fields)
+    if isinstance(n, LeakyReLU):
+        at = _weight_type(p, n.alpha)
+        return dataclasses.replace(n, alpha=_codes(n.alpha, at, n, "alpha"), alpha_type=at)
+    if isinstance(n, HardSigmoid):
+        ab = np.array([n.alpha, n.beta], dtype=np.float64)
+        at = p if isinstance(p, FixedType) else _type_from_range(max(ALPHA_BITS, p), Fraction(float(ab.min())),
+                                                                  Fraction(float(ab.max())), True)
+        alpha_code, beta_code = (int(c) for c in _codes(ab, at, n, "alpha and beta"))
+        return dataclasses.replace(n, alpha_type=at, alpha_code=alpha_code, beta_code=beta_code)
     if isinstance(n, KANLayer):
         ct = _weight_type(p, n.coeffs)
         # Basis weights lie in [0, 1]: one integer bit, as many fractional bits as the coefficients' width.
@@ -424,6 +551,25 @@ def _unique(name: str, taken: set[str]) -> str:
     while out in taken:
         out, i = f"{name}_{i}", i + 1
     return out
+
+
+def _table_without_range(g: Graph, name: str) -> Optional[QuantizeError]:
+    """When graph input ``name`` has no range to type its quantizer with: the first Table or Softmax whose input the
+    float graph's interval analysis cannot bound either, named, since its table is what most needs that range."""
+    try:
+        bounds = analyze(g).tensors
+    except IntervalError:
+        return None
+    for n in g.nodes:
+        if isinstance(n, (Table, Softmax)):
+            lo, hi = bounds[n.input].span()
+            if not (np.isfinite(lo) and np.isfinite(hi)):
+                return QuantizeError(
+                    f"{n.describe()}: its input '{n.input}' has no known range (graph input '{name}' has no declared "
+                    "range and no calibration data), so its lookup table cannot be built; pass --input-range LO,HI "
+                    f"(metadata['input_range']), calibration data, or an explicit act type ('{name}.act=fixed<W,I>', "
+                    "which bounds every tensor after it)")
+    return None
 
 
 def _range_source(calibration) -> str:
@@ -460,8 +606,12 @@ def quantize_graph(g: Graph, spec: Union[PrecisionSpec, str], calibration=None) 
         taken |= {q_name, q_tensor}
         b.tensors[q_tensor] = TensorSpec(q_tensor, g.tensors[name].shape, None)
         # A declared input range is a promise, so it beats calibration for the quantizer.
-        b.add(Quantize(q_name, (name,), (q_tensor,)), name, proven=b.declared)
+        try:
+            b.add(Quantize(q_name, (name,), (q_tensor,)), name, proven=b.declared)
+        except QuantizeError as e:
+            raise _table_without_range(g, name) or e from None
         renamed[name] = q_tensor
+        b.source[q_tensor] = name
     counts = {}
     for n in g.nodes:
         n = dataclasses.replace(n, inputs=tuple(renamed.get(t, t) for t in n.inputs))
@@ -476,7 +626,8 @@ def quantize_graph(g: Graph, spec: Union[PrecisionSpec, str], calibration=None) 
 
 #: The weight arrays of each layer op and their type fields.
 _WEIGHT_FIELDS = {Dense: (("weight", "weight_type"),), LowRankDense: (("u", "u_type"), ("v", "v_type")),
-                  KANLayer: (("coeffs", "coeff_type"),)}
+                  KANLayer: (("coeffs", "coeff_type"),), Conv: (("weight", "weight_type"),),
+                  ScaleShift: (("scale", "scale_type"),), LeakyReLU: (("alpha", "alpha_type"),)}
 
 
 def _weight_counts(float_node: Node, q: Node) -> dict[str, dict]:

@@ -183,3 +183,71 @@ def test_verilator_lint_is_clean_off_the_defaults(module, params):
                         *[f"-G{k}={v}" for k, v in params.items()], str(RTL / f"{module}.v")],
                        capture_output=True, text=True, env=env, timeout=120, check=False)
     assert r.returncode == 0, f"verilator --lint-only -Wall {module} {params}:\n{r.stderr}"
+
+
+# -- through the RTL generator: the stages chained in one design ----------------------------------------------------
+
+def chain_graph() -> ir.Graph:
+    """Transpose -> ScaleShift -> LeakyReLU -> Clip -> HardSigmoid -> Table -> Reshape -> Softmax -> ArgMax: a wire
+    stage first, stages of every latency, and at reuse 3 a folded Table (II 3, no skid buffer after it)."""
+    from bitforge.toolchain.tables import build_table, softmax_tables
+
+    t = parse_type
+    x8, s9, h8 = t("fixed<8,3,TRN,WRAP>"), t("fixed<9,2>"), t("fixed<8,3>")
+    rng = np.random.default_rng(5)
+    y1, y2, y3, y4, y5 = (t("fixed<10,4,RND_CONV,SAT>"), t("fixed<8,4,RND,SAT>"), t("fixed<7,3,RND,SAT>"),
+                          t("fixed<9,4,RND_CONV,SAT>"), t("ufixed<8,0,RND_CONV,SAT>"))
+    y6 = t("fixed<8,2,RND_CONV,SAT>")
+    table = build_table("tanh", y4, y4.min_code, y4.max_code, y6, size=64)
+    soft = softmax_tables(y6, 6, size=256)
+    layers = [
+        (ir.Transpose("t", ("x",), ("a",), perm=(1, 0)), ir.TensorSpec("a", (3, 2), x8)),
+        (ir.ScaleShift("bn", ("a",), ("b",), scale=rng.integers(-255, 256, 3), shift=rng.integers(-128, 128, 3),
+                       scale_type=s9, shift_type=h8, accum_type=t("fixed<18,6>")), ir.TensorSpec("b", (3, 2), y1)),
+        (ir.LeakyReLU("prelu", ("b",), ("c",), alpha=np.array([5, -9, 30]), alpha_type=t("fixed<6,0>")),
+         ir.TensorSpec("c", (3, 2), y2)),
+        (ir.Clip("clip", ("c",), ("d",), lo=-3.2, hi=5.0), ir.TensorSpec("d", (3, 2), y3)),
+        (ir.HardSigmoid("hswish", ("d",), ("e",), alpha=1 / 6, beta=0.5, swish=True, alpha_type=t("fixed<14,2>"),
+                        alpha_code=round(2 ** 12 / 6), beta_code=2 ** 11), ir.TensorSpec("e", (3, 2), y4)),
+        (ir.Table("tanh", ("e",), ("f",), function="tanh", table=table.table, index_lo=table.index_lo,
+                  index_shift=table.index_shift), ir.TensorSpec("f", (3, 2), y6)),
+        (ir.Reshape("flatten", ("f",), ("g",)), ir.TensorSpec("g", (6,), y6)),
+        (ir.Softmax("softmax", ("g",), ("h",), exp_table=soft.exp_table, exp_type=soft.exp_type,
+                    exp_shift=soft.exp_shift, recip_table=soft.recip_table, recip_type=soft.recip_type,
+                    recip_lo=soft.recip_lo, recip_shift=soft.recip_shift), ir.TensorSpec("h", (6,), y5)),
+        (ir.ArgMax("argmax", ("h",), ("y",)), ir.TensorSpec("y", (1,), t("ufixed<3,3>"))),
+    ]
+    tensors = {"x": ir.TensorSpec("x", (2, 3), x8)} | {s.name: s for _, s in layers}
+    return ir.validate(ir.Graph("elementwise_chain", ["x"], ["y"], tensors, [n for n, _ in layers]))
+
+
+def _chain_design(tmp_path, reuse: int):
+    from bitforge.toolchain.compiler import CompileOptions, write_rtl
+
+    g = chain_graph()
+    ir.save(g, tmp_path)
+    return write_rtl(g, tmp_path, CompileOptions(to=("rtl",), reuse=reuse))
+
+
+def _run_chain(tmp_path, simulator: str, reuse: int) -> None:
+    from bitforge.toolchain.verify.simulate import simulate
+
+    rtl = _chain_design(tmp_path, reuse)
+    ops = [layer["op"] for layer in rtl["layers"]]
+    assert ops == [n.OP for n in chain_graph().nodes]
+    table = next(layer for layer in rtl["layers"] if layer["op"] == "Table")
+    assert (table["reuse"], table["ii"]) == (reuse, reuse) and rtl["ii"] == reuse
+    g = chain_graph()
+    x = np.random.default_rng(2).integers(-128, 128, (400, 2, 3))
+    assert len(np.unique(emulate.run(g, x)["y"])) == 6, "set-up: every class should win on some input"
+    result = simulate(tmp_path, simulator, vectors=400, seed=2)[simulator]
+    assert (result["vectors"], result["mismatches"]) == (400, 0)
+
+
+def test_chain_streams_bit_exactly_through_the_generated_design_on_icarus(tmp_path):
+    _run_chain(tmp_path, "icarus", reuse=3)
+
+
+@pytest.mark.slow
+def test_chain_streams_bit_exactly_through_the_generated_design_on_verilator(tmp_path):
+    _run_chain(tmp_path, "verilator", reuse=1)

@@ -48,10 +48,23 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from .compiler import CompileOptions, compile_model
 
     opts = CompileOptions(to=tuple(args.to), precision=args.precision, vectors=args.vectors, seed=args.seed,
-                          input_range=args.input_range, reuse=args.reuse, target=args.target, weights=args.weights)
+                          input_range=args.input_range, reuse=args.reuse, target=args.target, weights=args.weights,
+                          calibration=args.calibration, trace=args.trace or 0)
     report = compile_model(args.model, args.output, opts, progress=progress, force=args.force)  # '' stays ''
     print_compile_summary(report, Path(args.output))
+    _print_fidelity(report, Path(args.output))
     return 0
+
+
+def _print_fidelity(report: dict, out: Path) -> None:
+    from .verify.fidelity import summary_lines
+
+    for line in summary_lines(report["fidelity"]):
+        result(line)
+    for key, what in (("plot", "fidelity plot"), ("trace", "trace of both models")):
+        entry = report["fidelity"].get(key)
+        if entry:
+            result(f"{what}: {out / (entry if isinstance(entry, str) else entry['file'])}")
 
 
 # -- emulate ---------------------------------------------------------------------------------------
@@ -318,6 +331,14 @@ def _add_rtl_options(p: argparse.ArgumentParser, default_reuse="1") -> None:
                         "weight; see docs/rtl.md)")
 
 
+def _add_fidelity_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--calibration", metavar="X.npy", help="real inputs (n, features), numpy.save'd: --precision "
+                   "chooses activation ranges from them, and the fidelity report measures the fixed-point model "
+                   "against the float one on them too (docs/fidelity.md)")
+    p.add_argument("--trace", type=vector_count, metavar="N", help="write every tensor of the fixed-point and the "
+                   "float model for the first N fidelity vectors to OUT/trace.npz, to see where the error enters")
+
+
 def _add_board_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--board", metavar="B", help="build the UART device for a board: icebreaker (ice40-up5k), "
                    "ulx3s (ecp5-85f) or tangnano9k (gowin-gw1nr9); sets --target. Pins from amaranth-boards; the "
@@ -394,6 +415,7 @@ def _flow(model: str, out: str, opts, simulator: str, sim_vectors: Optional[int]
 
     def compiled(report: dict) -> None:
         print_compile_summary(report, Path(out))
+        _print_fidelity(report, Path(out))
         if report.get("rtl", {}).get("reuse_auto"):
             result(f"reuse auto: {report['rtl']['reuse_auto']}")
 
@@ -420,6 +442,9 @@ def cmd_flow(args: argparse.Namespace) -> int:
         raise BitforgeError("bitforge flow needs --target (e.g. --target ecp5-85f) or --board (e.g. --board "
                             "icebreaker); see bitforge flow --help")
     if args.model.startswith("learn:"):  # an online learner: learn:TASK or learn:TASK-MODEL
+        if args.calibration or args.trace:
+            raise BitforgeError("--calibration and --trace measure a compiled model against its float source; an "
+                                "online learner (learn:TASK) has none: drop them")
         from .learn.commands import LearnOptions, run_learn_flow
         task, _, kind = args.model[len("learn:"):].partition("-")
         sim = "both" if args.simulator == "none" else args.simulator
@@ -429,7 +454,8 @@ def cmd_flow(args: argparse.Namespace) -> int:
                        warn=warn, force=args.force, board=args.board, baud=args.baud)  # a board: its device only
         return 0
     opts = CompileOptions(to=("onnx", "rtl"), precision=args.precision, vectors=args.vectors, seed=args.seed,
-                          input_range=args.input_range, reuse=args.reuse, target=args.target, weights=args.weights)
+                          input_range=args.input_range, reuse=args.reuse, target=args.target, weights=args.weights,
+                          calibration=args.calibration, trace=args.trace or 0)
     _flow(args.model, args.output, opts, args.simulator, args.sim_vectors, args.pnr_seed, force=args.force,
           board=args.board, baud=args.baud)
     return 0
@@ -469,12 +495,15 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Compile MODEL (an .onnx file, a torch.export .pt2 archive, or a recipe name) into "
                                    "OUT: model.json + weights.safetensors (the IR), model.onnx, report.json. The golden "
                                    "model is checked against ONNX Runtime on --vectors seeded vectors (edge values "
-                                   "included); any mismatch fails the command and leaves no OUT.",
+                                   "included); any mismatch fails the command and leaves no OUT. report.md and "
+                                   "fidelity.png also say how far the fixed-point model lies from the float one "
+                                   "(docs/fidelity.md).",
                        epilog=examples("""
                            bitforge compile jet-mlp -o out/jet
                            bitforge compile model.onnx -o out/m --precision w8a16 --input-range=-4,4
                            bitforge compile float.pt2 -o out/f --precision 'weight=fixed<8,2,RND_CONV,SAT>,act=fixed<16,6,RND_CONV,SAT>'
                            bitforge compile jet-mlp -o out/jet --to rtl --reuse 16 --weights ram   # weights loadable at run time
+                           bitforge compile model.onnx -o out/m --precision w8a16 --calibration x.npy --trace 4  # fidelity on your data
                        """))
     c.add_argument("model", metavar="MODEL")
     c.add_argument("-o", "--output", required=True, metavar="OUT", help="output folder (replaced atomically)")
@@ -490,6 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--vectors", type=vector_count, default=10_000,
                    help=f"verification vectors, 1 to {MAX_VECTORS:,} (default 10000)")
     c.add_argument("--seed", type=seed, default=0, help="seed for recipes and vectors, 0 to 2**32-1 (default 0)")
+    _add_fidelity_options(c)
     c.set_defaults(func=cmd_compile)
 
     e = sub.add_parser("emulate", formatter_class=fmt, help="run the bit-exact golden model on a .npy batch",
@@ -576,6 +606,7 @@ def build_parser() -> argparse.ArgumentParser:
                             bitforge flow learn:t1 --target ecp5-85f -o out/t1-learner  # online learner (KAN)
                             bitforge flow kan-tracker --board icebreaker -o out/kt      # bitstream for the board
                             bitforge flow jet-mlp --board ulx3s --baud 921600 -o out/jet
+                            bitforge flow m.onnx --target ecp5-85f --precision 8 --calibration x.npy -o out/m
                         """))
     fl.add_argument("model", metavar="MODEL")
     fl.add_argument("-o", "--output", required=True, metavar="OUT", help="output folder (replaced atomically)")
@@ -589,6 +620,7 @@ def build_parser() -> argparse.ArgumentParser:
                          f"{SIM_CYCLE_BUDGET:,} / II, at least 250)")
     fl.add_argument("--seed", type=seed, default=0, help="seed for recipes and verification vectors (default 0)")
     fl.add_argument("--pnr-seed", type=seed, default=1, help="place-and-route seed (default 1)")
+    _add_fidelity_options(fl)
     _add_rtl_options(fl, default_reuse="auto")
     _add_board_options(fl)
     fl.set_defaults(func=cmd_flow)

@@ -44,6 +44,10 @@ class CompileOptions:
     target: Optional[str] = None
     #: "rom" (parameters in the bitstream) or "ram" (loadable at run time through the core's write port).
     weights: str = "rom"
+    #: A .npy batch of real inputs: calibrates --precision's activation ranges and gets its own fidelity rows.
+    calibration: Optional[str] = None
+    #: Write every tensor of both models for the first ``trace`` fidelity vectors to OUT/trace.npz (0: none).
+    trace: int = 0
 
     def __post_init__(self) -> None:
         if self.input_range is not None and not (len(self.input_range) == 2 and
@@ -58,6 +62,8 @@ class CompileOptions:
             raise CompileError(f"--seed must be from 0 to 2**32-1, got {self.seed}")
         if self.weights not in ("rom", "ram"):
             raise CompileError(f"--weights must be rom or ram, got {self.weights!r}")
+        if self.trace < 0:
+            raise CompileError(f"--trace must be 0 or more vectors, got {self.trace}")
         # RTL-only options are refused without the RTL backend rather than silently ignored.
         if "rtl" not in self.to and (self.target is not None or self.reuse != 1 or self.weights != "rom"):
             given = [f for f, v in (("--target", self.target), ("--reuse", self.reuse != 1),
@@ -193,7 +199,7 @@ def run_flow(model: str, out: Path, opts: CompileOptions, simulator: str, sim_ve
         check_board_target(board, opts.target)
         baud = DEFAULT_BAUD if baud is None else baud
         uart_timing(get_board(board).clock_hz, baud)
-    inputs = model_inputs(model)
+    inputs = model_inputs(model) + ((opts.calibration,) if opts.calibration else ())
     real = check_output(out, force=force, inputs=inputs)  # before Path(): Path('') is '.'
     out = Path(out)
     loaded, g, warnings = _load(model, opts, progress)
@@ -261,7 +267,7 @@ def compile_model(model: str, out: Path, options: CompileOptions = CompileOption
     OUT is checked before the model is loaded (:func:`.outputs.check_output`; ``force`` replaces a folder
     bitforge did not write) and replaced only when every stage has passed."""
     t0 = time.perf_counter()
-    inputs = model_inputs(model)
+    inputs = model_inputs(model) + ((options.calibration,) if options.calibration else ())
     check_output(out, force=force, inputs=inputs)  # before Path(): Path('') is '.'
     out = Path(out)
     loaded, g, warnings = _load(model, options, progress)
@@ -274,10 +280,22 @@ def _load(model: str, options: CompileOptions, progress: Callable[[str], None]) 
     if options.precision is not None:  # a bad spec fails before any model is loaded or trained
         from .passes.quantize import parse_precision
         parse_precision(options.precision)
+    calibration = None
+    if options.calibration is not None:  # an unreadable file fails before the model is loaded or trained
+        from .verify.fidelity import read_calibration_file
+        calibration = read_calibration_file(options.calibration)
     progress(f"loading {model}")
     loaded = load_model(model, options.seed)
+    if calibration is not None:  # the user's data replaces a recipe's own for --precision's activation ranges
+        from .verify.fidelity import fit_calibration
+        loaded.calibration = fit_calibration(calibration, options.calibration, loaded.graph)
     progress("quantizing and inferring precision" if options.precision else "inferring precision")
     g, warnings = prepare(loaded, options.precision, options.input_range)
+    if not g.is_fixed and (options.calibration is not None or options.trace):
+        given = " and ".join(f for f, v in (("--calibration", options.calibration is not None),
+                                            ("--trace", options.trace)) if v)
+        raise CompileError(f"{given}: the compiled model is float, so there is no fixed-point model to compare with "
+                           f"the float one; add --precision (or drop {given})")
     return loaded, g, warnings
 
 
@@ -310,7 +328,8 @@ def _compile_into(tmp: Path, loaded: LoadedModel, g: Graph, warnings: list, opti
         "model": loaded.source,
         "options": {"to": list(options.to), "precision": options.precision, "vectors": options.vectors,
                     "seed": options.seed,
-                    "input_range": list(options.input_range) if options.input_range else None},
+                    "input_range": list(options.input_range) if options.input_range else None,
+                    "calibration": options.calibration, "trace": options.trace},
         "graph": {"name": g.name, "nodes": len(g.nodes), "parameters": g.parameter_count(),
                   "fixed_point": g.is_fixed,
                   "layers": [dict(zip(("node", "op", "shape", "type", "parameters"), r)) for r in g.summary_rows()]},
@@ -330,6 +349,11 @@ def _compile_into(tmp: Path, loaded: LoadedModel, g: Graph, warnings: list, opti
             raise VerificationFailed(
                 f"golden model and ONNX Runtime disagree on {result.mismatches} of {result.vectors} vectors; "
                 f"first: {json.dumps(result.first_mismatch)}. This is a bitforge bug.")
+    from .verify.fidelity import write_fidelity
+    if g.is_fixed:
+        progress("measuring fidelity: the fixed-point model against the float model")
+    report["fidelity"] = write_fidelity(tmp, loaded.graph, g, options.vectors, options.seed,
+                                        loaded.calibration if options.calibration else None, options.trace)
     if "rtl" in options.to:
         progress("generating Verilog")
         report["rtl"] = write_rtl(g, tmp, options, progress)

@@ -13,21 +13,28 @@ import numpy as np
 
 from .. import fixed
 from ..ir import (
+    Conv,
     Dense,
     Graph,
     KANLayer,
+    LeakyReLU,
     LowRankDense,
     Node,
     Quantize,
     Requantize,
+    ScaleShift,
     TensorSpec,
 )
 
-#: Which type field describes each array field of a node.
+#: Which type field describes each array field of a node. (Table and Softmax keep their code tables: their float
+#: rules compute the function itself.)
 TYPE_OF_ARRAY = {
     Dense: {"weight": "weight_type", "bias": "bias_type"},
     LowRankDense: {"u": "u_type", "v": "v_type", "bias": "bias_type"},
     KANLayer: {"coeffs": "coeff_type"},
+    Conv: {"weight": "weight_type", "bias": "bias_type"},
+    ScaleShift: {"scale": "scale_type", "shift": "shift_type"},
+    LeakyReLU: {"alpha": "alpha_type"},
 }
 
 

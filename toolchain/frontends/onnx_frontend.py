@@ -287,10 +287,12 @@ class _Translator(LayerOps, ActivationOps, ShapeOps):
             if f is not None and index != f.last:
                 continue
             outputs = [o for m in (f.members if f else (index,)) for o in nodes[m].output if o]
+            self.index, self.node = (f.head, nodes[f.head]) if f else (index, n)
             if any(i in lost for i in ([f.x] if f else n.input)):
                 lost.update(outputs)
+                if f is None and not self._handled(n):  # an op bitforge lacks is worth naming even here
+                    failures.append((self._unsupported(n), True))
                 continue
-            self.index, self.node = (f.head, nodes[f.head]) if f else (index, n)
             problem, unsupported = self._translate(n, f)
             if problem is not None:
                 failures.append((problem, unsupported))
@@ -302,19 +304,24 @@ class _Translator(LayerOps, ActivationOps, ShapeOps):
         name = self.g.name or Path(self.source).stem
         return Graph(name, inputs, outputs, self.tensors, self.nodes)
 
+    @staticmethod
+    def _handled(n: onnx.NodeProto) -> bool:
+        """Whether bitforge has a translation for this node's op type (its attributes may still be refused)."""
+        return ((n.domain in ("", "ai.onnx") and n.op_type in HANDLERS)
+                or (n.domain == MS_DOMAIN and n.op_type in ("QuantizeLinear", "DequantizeLinear"))
+                or (n.domain in QONNX_DOMAINS and n.op_type == "Quant"))
+
     def _translate(self, n: onnx.NodeProto, f: Optional[Fused]) -> tuple[Optional[str], bool]:
         """Translate one node (or pattern): (None, False), or the message saying why not and whether the reason
         is an op type bitforge does not have."""
         if f is not None:
             handler = lambda: self._fused(f.kind, f.x, n.output[0])  # noqa: E731 (a closure over this pattern)
-        elif n.domain in ("", "ai.onnx") and n.op_type in HANDLERS:
-            handler = lambda: getattr(self, HANDLERS[n.op_type])(n)  # noqa: E731
-        elif n.domain == MS_DOMAIN and n.op_type in ("QuantizeLinear", "DequantizeLinear"):
-            handler = lambda: getattr(self, HANDLERS[n.op_type])(n)  # noqa: E731
-        elif n.domain in QONNX_DOMAINS and n.op_type == "Quant":
+        elif not self._handled(n):
+            return self._unsupported(n), True
+        elif n.op_type == "Quant":
             handler = lambda: self._quant(n)  # noqa: E731
         else:
-            return self._unsupported(n), True
+            handler = lambda: getattr(self, HANDLERS[n.op_type])(n)  # noqa: E731
         try:
             self._guarded(handler)
         except OnnxFrontendError as e:

@@ -418,3 +418,24 @@ def test_torch_onnx_export_with_default_settings_works_on_a_small_cnn(tmp_path):
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     got = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
     np.testing.assert_allclose(got, torch_out(module, x.numpy()), rtol=RTOL, atol=ATOL)
+
+
+# -- end to end: bitforge compile of the saved 2-D CNN -----------------------------------------------------------
+
+def test_compile_of_the_2d_cnn_archive_at_8_bits_to_onnx_has_no_mismatch(tmp_path):
+    import json
+
+    from bitforge.toolchain.cli import main
+
+    module, shape, want = done_when_models()["cnn2d-pooling"]
+    path = tmp_path / "cnn2d.pt2"
+    torch.export.save(torch.export.export(module.eval(), (torch.randn(2, *shape),)), str(path))
+    out = tmp_path / "out"
+    assert main(["compile", str(path), "-o", str(out), "--precision", "8", "--to", "onnx", "--input-range=-2,2",
+                 "--vectors", "2000"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    check = report["verification"]["golden_vs_onnxruntime"]
+    assert (check["vectors"], check["mismatches"], check["exact"]) == (2000, 0, True)
+    assert (out / "model.onnx").is_file()
+    layers = [op for op in ops(ir.load(out)) if op not in ("Quantize", "Requantize")]
+    assert layers == want  # the layers as the frontend made them, typed

@@ -17,7 +17,9 @@ Within the stage contract (a whole tensor per sample on ``in_data``/``out_data``
 
 Timing, known by construction: the sequencer's first window is 2 cycles after the handshake, window w enters
 the per-window stage at w * II_w (II_w = 1 or the folded reuse), and the collector presents the tensor a cycle
-after the last vector, so ``latency = 3 + (P - 1) * II_w + latency_w`` and ``II = P * II_w``. A stage's
+after the last vector, so ``latency = 3 + (P - 1) * II_w + latency_w`` and ``II = P * II_w`` (the steady rate:
+the sequencer takes the next tensor as it issues the last window, so with II_w > 1 the second tensor of a burst
+is taken 2 (II_w - 1) cycles early, then one every II). A stage's
 reuse factor (``--reuse``) is the per-window fold: ``--reuse auto`` counts each Conv's multipliers at it
 (registered below), capped at the products of one group's window.
 

@@ -23,6 +23,7 @@ from torch import nn
 
 import qonnx_builders as B
 from bitforge.toolchain import emulate, ir
+from bitforge.toolchain.fixed import parse_type
 from bitforge.toolchain.frontends.onnx_frontend import (
     SUPPORTED_OPS, OnnxFrontendError, from_onnx_model,
 )
@@ -479,3 +480,50 @@ def test_dense_on_a_spatial_tensor_asks_for_a_flatten():
     w = np.ones((4, 2), np.float32)
     refuse([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], (3, 4), [B.init("w", w)],
            "node 'mm' (MatMul)", "flatten it first")
+
+
+def qdq_conv_then(tail: str) -> onnx.ModelProto:
+    """Q/DQ(x) -> Conv(int8 DQ weight) -> Relu -> ``tail`` -> Q/DQ -> [Flatten] -> Gemm -> Q/DQ, where ``tail`` is
+    "maxpool" (MaxPool 2) or "flatten" (Flatten): the quantizer after the tail types the exact Conv output."""
+    rng = np.random.default_rng(11)
+    inits = [B.init("s_in", np.float32(2.0 ** -4)), B.init("s_h", np.float32(2.0 ** -3)),
+             B.init("s_out", np.float32(2.0 ** -2)), B.init("z", np.int8(0)), B.init("zu", np.uint8(0)),
+             B.init("W_q", rng.integers(-128, 128, size=(3, 2, 3, 3)).astype(np.int8)),
+             B.init("W_s", np.float32(2.0 ** -6)),
+             B.init("W2_q", rng.integers(-128, 128, size=(2, 3 * (4 if tail == "maxpool" else 16))).astype(np.int8)),
+             B.init("W2_s", np.float32(2.0 ** -7))]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s_in", "z"], ["xq"], name="q_in"),
+             helper.make_node("DequantizeLinear", ["xq", "s_in", "z"], ["xd"], name="dq_in"),
+             helper.make_node("DequantizeLinear", ["W_q", "W_s", "z"], ["W"], name="dq_w"),
+             helper.make_node("Conv", ["xd", "W"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu")]
+    if tail == "maxpool":
+        nodes += [helper.make_node("MaxPool", ["r"], ["t"], name="pool", kernel_shape=[2, 2], strides=[2, 2])]
+    else:
+        nodes += [helper.make_node("Flatten", ["r"], ["t"], name="flatten")]
+    nodes += [helper.make_node("QuantizeLinear", ["t", "s_h", "zu"], ["hq"], name="q_h"),
+              helper.make_node("DequantizeLinear", ["hq", "s_h", "zu"], ["hd"], name="dq_h")]
+    flat = "hd"
+    if tail == "maxpool":
+        nodes.append(helper.make_node("Flatten", ["hd"], ["hf"], name="flatten"))
+        flat = "hf"
+    nodes += [helper.make_node("DequantizeLinear", ["W2_q", "W2_s", "z"], ["W2"], name="dq_w2"),
+              helper.make_node("Gemm", [flat, "W2"], ["g"], name="fc", transB=1),
+              helper.make_node("QuantizeLinear", ["g", "s_out", "z"], ["yq"], name="q_out"),
+              helper.make_node("DequantizeLinear", ["yq", "s_out", "z"], ["y"], name="dq_out")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2, 4, 4])
+    return B.make_model(nodes, [x], [B.batch_io("y", 2)], inits, "qdq_conv_" + tail)
+
+
+@pytest.mark.parametrize("tail,want", [("maxpool", ["Quantize", "Conv", "ReLU", "Pool", "Reshape", "Dense"]),
+                                       ("flatten", ["Quantize", "Conv", "ReLU", "Reshape", "Dense"])])
+def test_quantizer_after_relu_and_pool_or_flatten_types_the_conv_exactly(tail, want):
+    """No Requantize node: the quantizer's type reaches back through the MaxPool (rounding is monotone) or the
+    Flatten (it shares its input's type) and the ReLU to the Conv, and the result is still ONNX Runtime's."""
+    model = qdq_conv_then(tail)
+    g = infer_precision(from_onnx_model(model, "q.onnx"))
+    assert ops(g) == want
+    # uint8 codes at scale 2**-3, on every tensor from the Conv to the quantizer
+    assert {g.tensors[n.output].dtype for n in g.nodes[1:-1]} == {parse_type("ufixed<8,5,RND_CONV,SAT>")}
+    x = np.ldexp(np.random.default_rng(2).integers(-200, 200, size=(256, 2, 4, 4)), -5).astype(np.float32)
+    np.testing.assert_array_equal(emulate.run_values(g, x)["y"], B.ort_run(model, x).astype(np.float64))

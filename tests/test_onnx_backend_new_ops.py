@@ -341,6 +341,33 @@ def test_float_per_channel_ops_broadcast_over_channels_not_the_batch():
     check_float(graph("float_channels", [ir.TensorSpec("x", (3, 5))], layers), floats(rng, 3, 5))
 
 
+@pytest.mark.parametrize("opset", [13, 21])
+def test_every_float_form_agrees_in_the_oldest_and_newest_opset(opset):
+    """test_every_op runs the float graphs at the default opset; some float ops differ by opset (HardSwish from
+    14 on, Reduce* axes as inputs from 18 on)."""
+    import test_every_op as every
+
+    rng = np.random.default_rng(22)
+    for op in sorted(every.FLOAT):
+        g = every.FLOAT[op](np.random.default_rng(sum(map(ord, op))))
+        feeds = {name: rng.uniform(-6, 6, (500, *g.tensors[name].shape)).astype(np.float32) for name in g.inputs}
+        y = g.outputs[0]
+        got = run_onnxruntime(to_onnx(g, opset=opset), feeds)[y]
+        np.testing.assert_allclose(got, emulate.run(g, feeds)[y], rtol=FLOAT_RTOL, atol=FLOAT_ATOL, err_msg=op)
+
+
+@pytest.mark.parametrize("opset", [13, 21])
+def test_every_fixed_op_graph_is_bit_exact_in_the_oldest_and_newest_opset(opset):
+    import test_every_op as every
+
+    rng = np.random.default_rng(23)
+    for op in sorted(every.FIXED):
+        g = every.FIXED[op](np.random.default_rng(sum(map(ord, op))))
+        feeds = {name: (vectors(rng, g.tensors[name].dtype, g.tensors[name].shape, 500) if not g.tensors[name].is_float
+                        else rng.uniform(-6, 6, (500, *g.tensors[name].shape)).astype(np.float32)) for name in g.inputs}
+        check_bit_exact(g, feeds, opset=opset)
+
+
 def test_every_new_op_has_both_lowerings():
     new_ops = {"Conv", "Pool", "ScaleShift", "LeakyReLU", "Clip", "HardSigmoid", "Table", "Softmax", "ArgMax",
                "Reshape", "Transpose", "Concat"}

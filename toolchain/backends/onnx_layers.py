@@ -70,8 +70,8 @@ def _add_codes(b: Builder, acc: IntVal, hint: str, values: np.ndarray, what: str
     v = np.asarray(values).astype(object)
     lo, hi = int(v.min()), int(v.max())
     if lo < INT64_MIN or hi > INT64_MAX:
-        raise b.fail(f"{hint} aligned to the accumulator reaches [{lo}, {hi}], beyond int64; narrow its type "
-                     "or the accumulator's frac")
+        raise b.fail(f"{hint} ({what}) reaches [{lo}, {hi}], beyond int64; narrow its type or the accumulator's "
+                     "frac")
     return b.checked(b.op("Add", [acc.name, b.array(hint, v.astype(np.int64))]), acc.lo + lo, acc.hi + hi, what)
 
 
@@ -111,7 +111,7 @@ def _lookup(b: Builder, x: IntVal, table: np.ndarray, index_lo: int, index_shift
     return IntVal(name, int(reachable.min()), int(reachable.max()))
 
 
-def _exact_frac_of_alpha(b: Builder, t: FixedType, field: str) -> int:
+def _slope_frac(b: Builder, t: FixedType, field: str) -> int:
     """frac of a slope type: the golden model shifts ``x`` left by it, so it must not be negative."""
     if t.frac < 0:
         raise b.fail(f"{field} {t} has a negative frac; give the slope a type with frac >= 0")
@@ -178,7 +178,7 @@ def _scale_shift(b: Builder, g: Graph, n: ScaleShift, x: IntVal, xt: FixedType, 
 
 def _leaky_relu(b: Builder, g: Graph, n: LeakyReLU, x: IntVal, xt: FixedType, out: FixedType) -> IntVal:
     """``emulate.leaky_relu_fixed``: ``x << frac(alpha)`` where ``x >= 0``, else ``x * alpha[c]``."""
-    f = _exact_frac_of_alpha(b, n.alpha_type, "alpha_type")
+    f = _slope_frac(b, n.alpha_type, "alpha_type")
     alpha = np.asarray(n.alpha).astype(object)
     neg = b.mul_array(x, "alpha", _per_channel(alpha, len(g.tensors[n.input].shape)), "negative side times alpha")
     pos = b.mul_const(x, 1 << f, "positive side aligned")
@@ -208,7 +208,7 @@ def _clip(b: Builder, g: Graph, n: Clip, x: IntVal, xt: FixedType, out: FixedTyp
 
 def _hard_sigmoid(b: Builder, g: Graph, n: HardSigmoid, x: IntVal, xt: FixedType, out: FixedType) -> IntVal:
     """``emulate.hard_sigmoid_fixed``: ``t = clamp(x alpha + beta 2**frac(x), 0, 2**F)``, then t or ``x t``."""
-    f = xt.frac + _exact_frac_of_alpha(b, n.alpha_type, "alpha_type")
+    f = xt.frac + _slope_frac(b, n.alpha_type, "alpha_type")
     t = b.add_const(b.mul_const(x, n.alpha_code, "x times alpha"), n.beta_code << xt.frac, "x alpha + beta")
     t = b.clip(t, 0, 1 << f)
     if n.swish:

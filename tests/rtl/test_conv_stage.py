@@ -187,6 +187,16 @@ def test_folded_grouped_conv_has_one_folded_dense_per_group_and_reuse_auto_count
     assert FOLDABLE["Conv"](n, r - 1) > 8  # and it is the smallest reuse that fits
 
 
+def test_a_group_of_one_product_does_not_fold():
+    """A 1x1 depthwise kernel: one product per group and window, so --reuse 4 leaves it at reuse 1 (the shared
+    graph, II = positions) rather than folding the block-diagonal zeros, and reuse auto counts it so."""
+    g = _conv(np.random.default_rng(3), "dw1x1", (3, 4), (3, 1, 1), (3, 4), X8, stride=(1,), padding=(0, 0),
+              dilation=(1,), groups=3)
+    st = emit(g, 4)
+    assert (st.reuse, st.ii) == (1, 4) and "bf_dense_folded" not in st.instance
+    assert FOLDABLE["Conv"](g.nodes[0], 4) == g.nodes[0].weight.size == 3
+
+
 def test_reuse_1_conv_is_one_shared_graph_of_constant_multipliers_for_every_position():
     st = design()[3]["conv2d_depthwise_asym_pads"]
     assert st.reuse == 1 and st.resources["multipliers"] == 0 and "bf_dense_folded" not in st.instance

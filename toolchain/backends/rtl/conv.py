@@ -169,9 +169,9 @@ def _group_products(n: Conv) -> tuple[int, int, int]:
 def conv_folded_multipliers(n: Conv, reuse: int) -> int:
     """Multipliers of a Conv's window arithmetic at a reuse factor: its constant multipliers (the kernel's size)
     at reuse 1; else each group's folded Dense, reuse capped at that group's products."""
-    if reuse <= 1:
-        return int(n.weight.size)
     n_in, n_out, products = _group_products(n)
+    if min(reuse, products) <= 1:
+        return int(n.weight.size)
     return n.groups * folded_multipliers(n_in, n_out, min(reuse, products))
 
 
@@ -203,11 +203,12 @@ def emit_conv(req: StageRequest) -> Stage:
     win = Ports(ports.clk, ports.rst, f"{base}_win_valid", f"{base}_win_ready", f"{base}_win_data",
                 f"{base}_vec_valid", f"{base}_vec_ready", f"{base}_vec_data")
     groups = []
-    n_in, n_out, _ = _group_products(n)
-    if req.reuse == 1 or n.groups == 1:
-        # One Dense over the whole window (block-diagonal when grouped: the shared graph drops the zeros).
+    n_in, n_out, products = _group_products(n)
+    if n.groups == 1 or min(req.reuse, products) == 1:
+        # One Dense over the whole window (block-diagonal when grouped: the shared graph drops the zeros). A
+        # group of one product (a 1x1 depthwise kernel) does not fold: reuse 1, not a fold of the zeros.
         d = dense_instance(_conv_spec(req, conv_matrix(n), n.bias, f"{n.describe()} (window)"), f"{base}_dense",
-                           win, req.reuse, **options)
+                           win, req.reuse if n.groups == 1 else 1, **options)
         dense_stages = [d]
     else:
         # Folded and grouped: a bf_dense_folded per group on its slice of the window, in lockstep (equal

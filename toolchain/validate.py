@@ -282,6 +282,14 @@ def _check_leaky_relu(g: Graph, n: Node, ins, out) -> None:
         if n.alpha_type is None:
             raise IRError(f"{n.describe()}: fixed-point LeakyReLU needs alpha_type")
         _codes_fit(n, "alpha", n.alpha, n.alpha_type)
+        _no_negative_frac(n, "alpha_type", n.alpha_type)
+
+
+def _no_negative_frac(n: Node, field: str, t: FixedType) -> None:
+    """A slope's type must reach the binary point: the positive branch is x shifted left by frac(slope)."""
+    if t.frac < 0:
+        raise IRError(f"{n.describe()}: {field} {t} has {t.frac} fractional bits; a slope type needs frac >= 0 "
+                      "(give it more width or fewer integer bits)")
 
 
 def _check_clip(g: Graph, n: Node, ins, out) -> None:
@@ -299,6 +307,7 @@ def _check_hard_sigmoid(g: Graph, n: Node, ins, out) -> None:
                           "give the input a type with frac >= 0")
         if t is None:
             raise IRError(f"{n.describe()}: fixed-point HardSigmoid needs alpha_type for alpha_code and beta_code")
+        _no_negative_frac(n, "alpha_type", t)
         for field in ("alpha_code", "beta_code"):
             v = getattr(n, field)
             if not isinstance(v, int) or not t.min_code <= v <= t.max_code:

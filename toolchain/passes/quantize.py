@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Mapping, Optional, Union
 
@@ -62,6 +62,7 @@ from ..errors import BitforgeError
 from ..fixed import FixedType, FixedTypeError, Overflow, Rounding, parse_type
 from ..ir import (
     ArgMax,
+    Clip,
     Conv,
     Dense,
     Graph,
@@ -82,7 +83,7 @@ from ..ir import (
     validate,
 )
 from ..weight_codes import WEIGHT_CODES_KEY, weight_code_counts
-from .intervals import Bounds, IntervalError, Stage, analyze, input_bounds, node_stages, round_to_code
+from .intervals import Bounds, Stage, input_bounds, node_stages, round_to_code
 from .precision import infer_precision
 from .quantize_tables import (
     TableChoiceError,
@@ -417,7 +418,7 @@ class _Builder:
     nodes: list[Node]
     env: dict[str, Bounds]
     declared: bool  # the graph has metadata['input_range']
-    source: dict[str, str] = field(default_factory=dict)  # quantized graph input -> the float tensor it stands for
+    source: dict[str, str] = dataclasses.field(default_factory=dict)  # quantized graph input -> the float tensor it stands for
 
     def graph(self) -> Graph:
         return Graph(self.src.name, list(self.src.inputs), list(self.src.outputs), self.tensors, self.nodes,
@@ -553,22 +554,26 @@ def _unique(name: str, taken: set[str]) -> str:
     return out
 
 
+def _bounds_its_output(n: Node) -> bool:
+    """Whether ``n``'s output lies in a fixed range whatever its input (a table after it has a range again)."""
+    return ((isinstance(n, Clip) and n.lo is not None and n.hi is not None) or isinstance(n, (Softmax, ArgMax))
+            or (isinstance(n, Table) and n.function in ("sigmoid", "tanh"))
+            or (isinstance(n, HardSigmoid) and not n.swish))
+
+
 def _table_without_range(g: Graph, name: str) -> Optional[QuantizeError]:
-    """When graph input ``name`` has no range to type its quantizer with: the first Table or Softmax whose input the
-    float graph's interval analysis cannot bound either, named, since its table is what most needs that range."""
-    try:
-        bounds = analyze(g).tensors
-    except IntervalError:
-        return None
+    """When graph input ``name`` has no range to type its quantizer with: the first Table or Softmax that input
+    reaches with nothing in between that bounds it, named, since its table is what most needs that range."""
+    unbounded = {name}
     for n in g.nodes:
-        if isinstance(n, (Table, Softmax)):
-            lo, hi = bounds[n.input].span()
-            if not (np.isfinite(lo) and np.isfinite(hi)):
-                return QuantizeError(
-                    f"{n.describe()}: its input '{n.input}' has no known range (graph input '{name}' has no declared "
-                    "range and no calibration data), so its lookup table cannot be built; pass --input-range LO,HI "
-                    f"(metadata['input_range']), calibration data, or an explicit act type ('{name}.act=fixed<W,I>', "
-                    "which bounds every tensor after it)")
+        if isinstance(n, (Table, Softmax)) and n.input in unbounded:
+            return QuantizeError(
+                f"{n.describe()}: its input '{n.input}' has no known range (graph input '{name}' has no declared "
+                "range and no calibration data), so its lookup table cannot be built; pass --input-range LO,HI "
+                f"(metadata['input_range']), calibration data, or an explicit act type ('{name}.act=fixed<W,I>', "
+                "which bounds every tensor after it)")
+        if unbounded.intersection(n.inputs) and not _bounds_its_output(n):
+            unbounded.add(n.output)
     return None
 
 

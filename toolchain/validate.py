@@ -356,8 +356,9 @@ def _check_argmax(g: Graph, n: Node, ins, out) -> None:
             raise IRError(f"{n.describe()}: output type {t} must hold the indices 0..{x.shape[-1] - 1} as "
                           f"integers (e.g. ufixed<{max(1, (x.shape[-1] - 1).bit_length())},"
                           f"{max(1, (x.shape[-1] - 1).bit_length())}>)")
-    elif not x.is_float:
-        raise IRError(f"{n.describe()}: fixed-point input needs a fixed-point (integer) output")
+    if x.is_float != out.is_float:
+        raise IRError(f"{n.describe()}: input is {x.type_str()} but output is {out.type_str()}; an ArgMax of "
+                      "fixed-point codes has an integer output, a float one a float index")
 
 
 def _check_reshape(g: Graph, n: Node, ins, out) -> None:

@@ -527,3 +527,25 @@ def test_quantizer_after_relu_and_pool_or_flatten_types_the_conv_exactly(tail, w
     assert {g.tensors[n.output].dtype for n in g.nodes[1:-1]} == {parse_type("ufixed<8,5,RND_CONV,SAT>")}
     x = np.ldexp(np.random.default_rng(2).integers(-200, 200, size=(256, 2, 4, 4)), -5).astype(np.float32)
     np.testing.assert_array_equal(emulate.run_values(g, x)["y"], B.ort_run(model, x).astype(np.float64))
+
+
+def test_compile_of_the_2d_cnn_at_8_bits_end_to_end(tmp_path):
+    """``bitforge compile cnn.onnx --precision 8``: the frontend's float CNN through the quantization pass, the
+    precision pass, bitforge's ONNX export and the golden-vs-ONNX-Runtime verification (bit-exact)."""
+    import json
+
+    from bitforge.toolchain.cli import main
+
+    m = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(4, 8, 3), nn.ReLU(),
+                      nn.AvgPool2d(2), nn.Flatten(), nn.Linear(8 * 2 * 2, 10))
+    path = tmp_path / "cnn.onnx"
+    onnx.save(export(m, 1, 12, 12), str(path))
+    out = tmp_path / "out"
+    assert main(["compile", str(path), "-o", str(out), "--precision", "8", "--input-range=-3,3",
+                 "--vectors", "500"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    check = report["verification"]["golden_vs_onnxruntime"]
+    assert check["exact"] and check["mismatches"] == 0 and check["vectors"] == 500
+    g = ir.load(out)
+    assert g.is_fixed
+    assert [n.OP for n in g.nodes] == ["Quantize", "Conv", "ReLU", "Pool", "Conv", "ReLU", "Pool", "Reshape", "Dense"]

@@ -373,9 +373,10 @@ def write_rtl(g: Graph, folder: Path, options: CompileOptions,
         from .flows.targets import get_target
 
         chain = hardware_chain(g)
+        # A chain without weights (pooling, tables) has no multiplier to size: its weight width is moot.
         bits = max(g.tensors[n.inputs[0]].dtype.width for n in chain), max(
-            t.width for n in chain for t in (getattr(n, "weight_type", None), getattr(n, "u_type", None),
-                                              getattr(n, "coeff_type", None)) if t is not None)
+            (t.width for n in chain for t in (getattr(n, "weight_type", None), getattr(n, "u_type", None),
+                                               getattr(n, "coeff_type", None)) if t is not None), default=1)
         choice = choose_reuse(g, chain, get_target(options.target).multiplier_budget(), bits)
         reuse_map, explanation = choice.reuse, choice.explanation
     design = generate(g, RtlOptions(reuse=reuse_map if reuse_map is not None else options.reuse,

@@ -439,3 +439,22 @@ def test_compile_of_the_2d_cnn_archive_at_8_bits_to_onnx_has_no_mismatch(tmp_pat
     assert (out / "model.onnx").is_file()
     layers = [op for op in ops(ir.load(out)) if op not in ("Quantize", "Requantize")]
     assert layers == want  # the layers as the frontend made them, typed
+
+
+def test_a_decomposed_reflect_padded_conv_is_one_problem_naming_its_module():
+    model = nn.Sequential(nn.Conv2d(2, 2, 3, padding=1, padding_mode="reflect"), nn.ReLU()).eval()
+    ep = torch.export.export(model, (torch.randn(1, 2, 6, 6),)).run_decompositions()  # arange/abs/index, no pad op
+    with pytest.raises(FrontendError) as e:
+        from_exported(ep)
+    msg = str(e.value)
+    assert msg.count("module '0'") == 1 and "in the same module" in msg and "aten::index" in msg
+
+
+def test_zero_padding_before_a_convolution_becomes_its_padding():
+    model = nn.Sequential(Fn(lambda x: nn.functional.pad(x, (2, 1))), nn.Conv1d(2, 3, 3))
+    x = inputs((4, 2, 9))
+    g = from_torch(model, torch.from_numpy(x))
+    assert ops(g) == ["Conv"] and g.nodes[0].padding == (2, 1)
+    np.testing.assert_allclose(emulated(g, x), torch_out(model, x), rtol=RTOL, atol=ATOL)
+    with pytest.raises(FrontendError, match="only zeros, before a convolution"):
+        from_torch(Fn(lambda x: nn.functional.pad(x, (1, 1), mode="replicate")), torch.randn(2, 2, 5))

@@ -92,9 +92,11 @@ _ACTIVATION_OPS = {_aten.leaky_relu, _aten.leaky_relu_, _aten.hardtanh, _aten.ha
                    _aten.clamp_min, _aten.clamp_max, _aten.hardsigmoid, _aten.hardswish, *TABLE_OPS}
 #: Element-wise ops that are exact in a fixed-point input's own type (the others need the quantization pass).
 _EXACT_ON_CODES = {_aten.hardtanh, _aten.hardtanh_, _aten.clamp, _aten.clamp_min, _aten.clamp_max}
-#: Padding modes other than zeros: ``Conv(padding_mode='reflect')`` exports as one of these before the conv.
-_PAD_OPS = {_aten.pad, _aten.reflection_pad1d, _aten.reflection_pad2d, _aten.replication_pad1d,
-            _aten.replication_pad2d, _aten._pad_circular}
+#: Padding ops and their mode: ``Conv(padding_mode='reflect')`` exports as ``aten.pad(mode='reflect')`` before the
+#: conv; zeros before a conv become its padding.
+_PAD_OPS = {_aten.pad: "constant", _aten.constant_pad_nd: "constant", _aten.reflection_pad1d: "reflect",
+            _aten.reflection_pad2d: "reflect", _aten.replication_pad1d: "replicate",
+            _aten.replication_pad2d: "replicate", _aten._pad_circular: "circular"}
 #: Recurrent modules by their type in ``nn_module_stack``: a decomposed archive has no ``aten.gru``, only the
 #: ``aten.full`` and ``aten.addmm`` it became, so the module type is what names the layer.
 _RECURRENT_MODULES = {f"torch.nn.modules.rnn.{k}": k for k in ("LSTM", "GRU", "RNN")}
@@ -225,9 +227,34 @@ def _kwargs(node: torch.fx.Node) -> dict:
     return r.kwargs
 
 
-def _report(problems: list[FrontendError]) -> str:
+@dataclass
+class _Problem:
+    """A node that failed, and the unsupported ops of other nodes of the same module (a layer that the program
+    holds decomposed, e.g. reflection padding as arange/abs/index, is one problem, not ten)."""
+
+    error: FrontendError
+    path: str
+    more_ops: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        more = f" (and {', '.join(self.more_ops)} in the same module)" if self.more_ops else ""
+        return f"{self.error}{more}"
+
+
+def _record(problems: list[_Problem], error: FrontendError, node: torch.fx.Node) -> None:
+    path = _origin(node).path
+    if path and isinstance(error, _UnsupportedOp):
+        for p in problems:
+            if p.path == path and isinstance(p.error, _UnsupportedOp):
+                if _op_name(node.target) not in p.more_ops:
+                    p.more_ops.append(_op_name(node.target))
+                return
+    problems.append(_Problem(error, path))
+
+
+def _report(problems: list[_Problem]) -> str:
     """One message for every node that failed: the unsupported ones all at once, then what is supported."""
-    tail = f"; {_supported_list()}" if any(isinstance(p, _UnsupportedOp) for p in problems) else ""
+    tail = f"; {_supported_list()}" if any(isinstance(p.error, _UnsupportedOp) for p in problems) else ""
     if len(problems) == 1:
         return f"{problems[0]}{tail}"
     lines = "\n".join(f"  - {p}" for p in problems)
@@ -288,7 +315,7 @@ class _Converter:
         state = {**self.ep.state_dict, **self.ep.constants}
         kinds = {s.arg.name: s for s in self.ep.graph_signature.input_specs}
         outputs: list[str] = []
-        problems: list[FrontendError] = []
+        problems: list[_Problem] = []
         for node in self.ep.graph.nodes:
             if node in self.done:
                 continue
@@ -308,10 +335,10 @@ class _Converter:
             except _InputFailed:
                 self._fail(node, group)
             except FrontendError as e:
-                problems.append(e)
+                _record(problems, e, node)
                 self._fail(node, group)
             except LayerError as e:
-                problems.append(FrontendError(f"{_where(node)}: {e}"))
+                _record(problems, FrontendError(f"{_where(node)}: {e}"), node)
                 self._fail(node, group)
         if problems:
             raise FrontendError(_report(problems))
@@ -617,15 +644,14 @@ class _Converter:
 
     def _pad(self, node: torch.fx.Node) -> None:
         kw = _kwargs(node)
-        mode = kw.get("mode", "constant") if _packet(node.target) == _aten.pad else _op_name(node.target)
-        o = _origin(node)
-        if _packet(node.target) != _aten.constant_pad_nd and (mode != "constant" or "conv" in o.module_type.lower()):
-            mode = mode.split("::")[-1].split("_pad")[0]
-            if "conv" in o.module_type.lower():
+        op = _packet(node.target)
+        mode = (kw.get("mode") or "constant") if op == _aten.pad else _PAD_OPS.get(op, "constant")
+        if mode != "constant":
+            if ".conv.Conv" in _origin(node).module_type:
                 raise FrontendError(f"{_where(node)}: padding_mode '{mode}' is not supported; Conv1d/Conv2d take "
                                     "padding_mode='zeros' only")
-            raise FrontendError(f"{_where(node)}: {mode} padding is not supported; only zero padding, as a "
-                                "convolution's padding")
+            raise FrontendError(f"{_where(node)}: '{mode}' padding is not supported; only zeros, before a "
+                                "convolution")
         x = self._act(kw["input"], node, "input")
         pads = spatial_pads(kw["pad"], len(self._spec(x).shape) - 1)
         value = float(kw.get("value") or 0.0)
@@ -767,13 +793,13 @@ class _Converter:
 
     def _prelu(self, node: torch.fx.Node) -> None:
         kw = _kwargs(node)
-        x = self._float_input(kw["self"] if "self" in kw else kw["input"], node, "PReLU")
+        x = self._float_input(kw["input"], node, "PReLU")
         alpha = _float_values(self._const(kw["weight"], node, "weight"), _where(node)).reshape(-1)
         self._emit_as(node, ir.LeakyReLU("", (), (), alpha=alpha), x, x.shape)
 
     def _softmax(self, node: torch.fx.Node) -> None:
         kw = _kwargs(node)
-        x = self._float_input(kw["input"] if "input" in kw else kw["self"], node, "softmax")
+        x = self._float_input(kw["input"], node, "softmax")
         dim = int(kw["dim"])
         if dim % (len(x.shape) + 1) != len(x.shape):
             raise FrontendError(f"{_where(node)}: softmax over dim {dim} of a (batch, {x.shape}) tensor; only the "
@@ -784,7 +810,7 @@ class _Converter:
 
     def _argmax(self, node: torch.fx.Node) -> None:
         kw = _kwargs(node)
-        x = self._spec(self._act(kw["input"] if "input" in kw else kw["self"], node, "input"))
+        x = self._spec(self._act(kw["input"], node, "input"))
         dim = kw.get("dim")
         if dim is None or int(dim) % (len(x.shape) + 1) != len(x.shape):
             raise FrontendError(f"{_where(node)}: argmax over dim {dim} of a (batch, {x.shape}) tensor; only the last "
@@ -809,7 +835,7 @@ class _Converter:
 
     _LAYER_HANDLERS = {
         **dict.fromkeys(_CONV_OPS, _conv),
-        **dict.fromkeys((_aten.constant_pad_nd, *_PAD_OPS), _pad),
+        **dict.fromkeys(_PAD_OPS, _pad),
         **dict.fromkeys(_BATCHNORM_OPS, _batchnorm),
         **dict.fromkeys(_POOL_OPS, _pool),
         **dict.fromkeys(_ADAPTIVE_OPS, _adaptive_pool),

@@ -434,3 +434,21 @@ def test_float_table_bounds_contain_the_function_over_random_intervals(function)
     y = emulate.run(g, grid.astype(np.float32))["y"]
     assert np.all(b.contains(y))
     assert np.all(b.hi - b.lo <= (y.max(axis=0) - y.min(axis=0)) + 2e-3 * (1 + np.abs(y).max(axis=0)))  # not loose
+
+
+def test_check_precision_names_the_new_ops_whose_types_are_too_narrow():
+    """One bit less than the quantizer chose, in one place at a time (a wrapped accumulator upstream would narrow
+    what reaches the next one), is reported at that place."""
+    q = quantize_graph(float_cnn(), "8")
+    assert check_precision(q) == []
+
+    def narrower(t: FixedType) -> FixedType:
+        return t.with_(width=t.width - 1, integer=t.integer - 1)
+
+    for i, name in ((1, "conv"), (2, "bn")):
+        g = q.copy()
+        g.nodes[i] = dataclasses.replace(g.nodes[i], accum_type=narrower(g.nodes[i].accum_type))
+        assert [(w.node, w.where) for w in check_precision(ir.validate(g))] == [(name, "accumulator")]
+    g = q.copy()
+    g.tensors["l"] = dataclasses.replace(g.tensors["l"], dtype=narrower(g.tensors["l"].dtype))
+    assert ("leaky", "output") in {(w.node, w.where) for w in check_precision(ir.validate(g))}

@@ -465,8 +465,8 @@ def _table_float(g: Graph, n: Table, xs: list[Bounds]) -> Bounds:
 
 
 def _softmax_float(g: Graph, n: Softmax, xs: list[Bounds]) -> Bounds:
-    """In float32, every term exp(x_c - max) is <= 1 and the rounded sum is >= each term (rounding is monotone),
-    so every quotient lies in [0, 1]."""
+    """Every quotient lies in [0, 1]: the terms exp(x_c - max) are >= 0 and their float32 sum is >= each of them
+    (rounding is monotone), however accurate float32's exp is, so rounding e_c / S cannot pass 1 either."""
     shape = xs[0].lo.shape
     return Bounds(np.zeros(shape), np.ones(shape), None)
 

@@ -452,3 +452,37 @@ def test_check_precision_names_the_new_ops_whose_types_are_too_narrow():
     g = q.copy()
     g.tensors["l"] = dataclasses.replace(g.tensors["l"], dtype=narrower(g.tensors["l"].dtype))
     assert ("leaky", "output") in {(w.node, w.where) for w in check_precision(ir.validate(g))}
+
+
+#: The largest slope of each table function over [-4, 4] (the test's input range): how far an input error moves it.
+SLOPE = {"sigmoid": 0.25, "tanh": 1.0, "gelu": 1.13, "gelu_tanh": 1.13, "silu": 1.1, "elu": 1.0, "softplus": 1.0,
+         "exp": float(np.exp(4.0))}
+
+
+@pytest.mark.parametrize("function", sorted(tables.FUNCTIONS))
+def test_every_table_function_quantizes_to_a_table_that_tracks_it(function):
+    """x -> Dense -> Table(function) at w8a16: the table's type holds the function's range over the proven input
+    range (signed exactly when the function goes below 0 there), nothing can saturate, and the output is off by at
+    most the table's own error (measured over every input code) plus the slope times the input's error."""
+    rng = np.random.default_rng(11)
+    g = ir.sequential("f", ir.TensorSpec("x", (3,)), [
+        (ir.Dense("fc", ("x",), ("z",), weight=_normal(rng, 4, 3, scale=0.4), bias=_normal(rng, 4, scale=0.2)),
+         ir.TensorSpec("z", (4,))),
+        (ir.Table("f", ("z",), ("y",), function=function), ir.TensorSpec("y", (4,)))])
+    g.metadata["input_range"] = [-2.0, 2.0]
+    q = quantize_graph(ir.validate(g), "w8a16")
+    assert check_precision(q) == []
+    n, zt, yt = q.node("f"), q.tensors["z"].dtype, q.tensors["y"].dtype
+    zb = analyze(q).tensors["z"]
+    codes = np.arange(int(min(zb.lo)), int(max(zb.hi)) + 1)  # every code z can take
+    f = tables.function(function)
+    table_err = np.abs(to_float(tables.lookup(codes, n.table, n.index_lo, n.index_shift), yt)
+                       - f(to_float(codes, zt))).max()
+    z_lo, z_hi = zb.span()
+    assert yt.signed == bool(f(np.linspace(z_lo, z_hi, 4001)).min() < 0) or function in ("sigmoid", "tanh")
+    x = _inputs(g)
+    got, want = emulate.run(q, x, keep=True), emulate.run(g, x, keep=True)
+    z_err = np.abs(to_float(got["z"], zt) - want["z"])
+    err = np.abs(to_float(got["y"], yt) - want["y"])
+    assert np.all(err <= table_err + SLOPE[function] * z_err + 1e-4)
+    assert table_err < 0.01 * max(1.0, float(np.abs(want["y"]).max()))  # 16-bit tables: under 1 % of the scale

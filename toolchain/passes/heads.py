@@ -9,7 +9,6 @@ the ArgMax form avoids.
 """
 from __future__ import annotations
 
-import dataclasses
 
 from ..errors import BitforgeError
 from ..fixed import FixedType, clog2

@@ -153,8 +153,10 @@ def test_layer_ranges_are_the_golden_values_and_errors_the_paired_tensors(quanti
         assert layer["observed"] == [v.min(), v.max()], layer["node"]
         assert layer["type_range"] == [t.min_value, t.max_value] and layer["lsb"] == t.lsb
         assert layer["values"] == v.size and layer["zeros"] == int((v == 0).sum())
-        d = np.abs(v - ref[layer["reference"]].astype(np.float64))
+        r = ref[layer["reference"]].astype(np.float64)
+        d = np.abs(v - r)
         assert layer["max_abs_error"] == pytest.approx(d.max(), rel=1e-5), layer["node"]
+        assert layer["reference_observed"] == [pytest.approx(r.min(), rel=1e-5), pytest.approx(r.max(), rel=1e-5)]
 
 
 def _narrow(overflow: str) -> tuple[Graph, Graph]:

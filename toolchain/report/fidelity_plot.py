@@ -4,7 +4,8 @@ One row per layer (graph order, top to bottom) on a log2 axis of magnitudes: the
 represents (from its LSB to its largest magnitude), the box the middle half of the layer's non-zero |values|
 (median marked), the whiskers their smallest and largest. A box reaching past the band's right end needs more
 integer bits; one far left of it, more fractional bits (those values round to few codes, or to zero). Layers
-whose values overflowed the type get a red mark at the band's end with the count.
+whose values overflowed the type get a red mark at the band's end with the count; an orange diamond marks the
+largest magnitude of the float model's paired tensor, which is where the golden values would reach with room.
 
 The caller gives the positions (:mod:`..verify.fidelity` takes the boxes from a histogram of log2|x| in
 1/8-octave bins, the whiskers from the exact extremes). The PNG is deterministic: no software or date
@@ -30,18 +31,19 @@ class PlotRow:
     box: Optional[tuple[float, float, float]]  # quartiles and median of the non-zero |values|; None if all zero
     whiskers: Optional[tuple[float, float]]  # smallest and largest non-zero |value|
     overflowed: int = 0
+    reference_top: Optional[float] = None  # largest |value| of the float reference's paired tensor
 
 
 def write_plot(path: Path, rows: list[PlotRow], title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # A Figure of its own rather than pyplot: no global state, no backend switch in the caller's process.
+    from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
     n = len(rows)
-    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.42 * max(n, 1)), dpi=DPI)
+    fig = Figure(figsize=(9, 1.2 + 0.42 * max(n, 1)), dpi=DPI)
+    ax = fig.subplots()
     lo_x, hi_x = math.inf, -math.inf
+    drawn = False
     for i, row in enumerate(rows):
         y = n - 1 - i
         if row.band is not None:
@@ -64,6 +66,14 @@ def write_plot(path: Path, rows: list[PlotRow], title: str) -> None:
         for end in (smallest, largest):
             ax.plot([end, end], [y - 0.15, y + 0.15], color="black", lw=1, zorder=2)
         lo_x, hi_x = min(lo_x, smallest), max(hi_x, largest)
+    for i, row in enumerate(rows):
+        if row.reference_top is not None:
+            ax.plot([row.reference_top], [n - 1 - i], marker="D", color="tab:orange", markersize=5, zorder=5,
+                    linestyle="none", label="largest |value| of the float model" if not drawn else None)
+            drawn = True
+            lo_x, hi_x = min(lo_x, row.reference_top), max(hi_x, row.reference_top)
+    if drawn:
+        ax.legend(loc="best", fontsize=8, framealpha=0.9)
     if not math.isfinite(lo_x):
         lo_x, hi_x = -8, 8
     ax.set_xlim(math.floor(lo_x) - 1, math.ceil(hi_x) + 4)
@@ -78,4 +88,3 @@ def write_plot(path: Path, rows: list[PlotRow], title: str) -> None:
     ax.grid(axis="x", color="0.9", zorder=0)
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=DPI, metadata={"Software": None})
-    plt.close(fig)

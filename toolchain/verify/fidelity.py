@@ -13,7 +13,8 @@ tensor kept), so nothing here knows any op:
 Per graph output: the largest and mean absolute difference of the real values, and for outputs with more than one
 element along their last axis the top-1 agreement (argmax over that axis, first index on ties, as ArgMax does).
 Per layer (each node's output tensor): the golden values' range in real units against the type's range, the
-number of values that overflowed the type, and the difference from the reference tensor it stands for.
+number of values that overflowed the type, and the range of and difference from the reference tensor it stands
+for (the golden values stop at the type's ends; the reference's show how far beyond them the model wanted to go).
 
 **Overflow count, exactly.** A node's rule ends in a cast into its output type (rounding, then the overflow
 mode). The node is run once more, alone, on the same inputs with its output type widened: the same fractional
@@ -217,6 +218,8 @@ class _TensorStats:
     hist: np.ndarray = field(default_factory=lambda: np.zeros(HIST_BINS, dtype=np.int64))
     err_max: float = 0.0
     err_sum: float = 0.0
+    ref_lo: float = math.inf
+    ref_hi: float = -math.inf
 
     def add(self, v: np.ndarray, over: Optional[int], ref: Optional[np.ndarray]) -> None:
         self.values += v.size
@@ -229,8 +232,10 @@ class _TensorStats:
             idx = np.floor(np.log2(mag) * HIST_STEPS_PER_OCTAVE).astype(np.int64) - HIST_LOG2_LO * HIST_STEPS_PER_OCTAVE
             self.hist += np.bincount(np.clip(idx, 0, HIST_BINS - 1), minlength=HIST_BINS)
         if ref is not None and v.size:
-            d = np.abs(v - ref.astype(np.float64))
+            ref = ref.astype(np.float64)
+            d = np.abs(v - ref)
             self.err_max, self.err_sum = max(self.err_max, float(d.max())), self.err_sum + float(d.sum())
+            self.ref_lo, self.ref_hi = min(self.ref_lo, float(ref.min())), max(self.ref_hi, float(ref.max()))
 
 
 @dataclass
@@ -296,6 +301,7 @@ class LayerProfile:
                "observed": [s.lo, s.hi] if s.values else None,
                "values": s.values, "zeros": s.zeros, "overflowed": s.overflowed}
         if self.reference is not None:
+            row["reference_observed"] = [_sig(s.ref_lo), _sig(s.ref_hi)] if s.values else None
             row["max_abs_error"] = _sig(s.err_max)
             row["mean_abs_error"] = _sig(s.err_sum / max(s.values, 1))
         return row
@@ -433,7 +439,9 @@ def plot_rows(layers: list[LayerProfile]):
             box = tuple(_quantile_log2(s.hist, q) for q in (0.25, 0.5, 0.75))
             whiskers = (HIST_LOG2_LO + int(np.flatnonzero(s.hist)[0]) / HIST_STEPS_PER_OCTAVE,
                         math.log2(max(abs(s.lo), abs(s.hi))))
-        rows.append(PlotRow(f"{layer.node} ({layer.op})", band, box, whiskers, s.overflowed or 0))
+        wanted = max(abs(s.ref_lo), abs(s.ref_hi)) if layer.reference is not None and s.values else 0.0
+        rows.append(PlotRow(f"{layer.node} ({layer.op})", band, box, whiskers, s.overflowed or 0,
+                            math.log2(wanted) if wanted > 0 else None))
     return rows
 
 

@@ -224,7 +224,8 @@ class CNN2d(nn.Module):
     def __init__(self):
         super().__init__()
         self.body = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                                  nn.Conv2d(4, 8, 3), nn.ReLU(), nn.AvgPool2d(2), nn.Flatten(), nn.Linear(8 * 2 * 2, 10))
+                                  nn.Conv2d(4, 8, 3), nn.ReLU(), nn.AvgPool2d(2), nn.Flatten(),
+                                  nn.Linear(8 * 2 * 2, 10))
 
     def forward(self, x):
         return self.body(x)
@@ -384,7 +385,7 @@ def test_fixed_point_input_to_a_layer_the_quantization_pass_types_asks_for_a_flo
     from bitforge.toolchain.fixed import FixedType
 
     model = nn.Sequential(InputQuant(FixedType(16, 6, True, "RND_CONV", "SAT")), nn.Conv1d(2, 2, 3))
-    with pytest.raises(FrontendError, match="convolution of the fixed-point tensor .* keep the tensors before it float"):
+    with pytest.raises(FrontendError, match="convolution of the fixed-point tensor .* keep the tensors before it"):
         from_torch(model, torch.randn(2, 2, 8))
 
 

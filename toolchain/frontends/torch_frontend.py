@@ -46,8 +46,8 @@ from .torch_layers import (
     activation,
     adaptive_pool_attrs,
     batchnorm_scale_shift,
+    check_spatial_mean,
     conv_attrs,
-    mean_pool_attrs,
     pool_attrs,
     spatial_pads,
 )
@@ -709,7 +709,7 @@ class _Converter:
         x = self._float_input(kw["input"], node, "mean")
         if kw.get("dtype") is not None:
             raise FrontendError(f"{_where(node)}: mean with dtype={kw['dtype']} is not supported")
-        mean_pool_attrs(kw["dim"], len(x.shape))  # refuses a mean over other axes
+        check_spatial_mean(kw["dim"], len(x.shape))
         spatial = tuple(x.shape[1:])
         pool = ir.Pool("", (), (), mode="avg", kernel=spatial, stride=spatial, padding=(0,) * (2 * len(spatial)))
         pooled = (x.shape[0],) + (1,) * len(spatial)

@@ -21,7 +21,7 @@ from .. import ir
 from ..errors import BitforgeError
 
 __all__ = ["LayerError", "ConvAttrs", "PoolAttrs", "conv_attrs", "pool_attrs", "adaptive_pool_attrs",
-           "mean_pool_attrs", "batchnorm_scale_shift", "activation", "TABLE_OPS", "spatial_pads"]
+           "check_spatial_mean", "batchnorm_scale_shift", "activation", "TABLE_OPS", "spatial_pads"]
 
 _aten = torch.ops.aten
 
@@ -125,13 +125,13 @@ def adaptive_pool_attrs(output_size, in_spatial: tuple[int, ...]) -> PoolAttrs:
     return PoolAttrs("avg", kernel, kernel, (0,) * (2 * nd))
 
 
-def mean_pool_attrs(dims, rank: int) -> PoolAttrs:
-    """``aten.mean.dim`` over every spatial axis of a ``(C, *spatial)`` sample: global average pooling."""
+def check_spatial_mean(dims, rank: int) -> None:
+    """``aten.mean.dim`` is global average pooling when it averages every spatial axis of a ``(C, *spatial)``
+    sample (``rank`` per-sample axes); a mean over anything else is refused."""
     axes = sorted({int(d) % (rank + 1) for d in dims})
     if rank < 2 or axes != list(range(2, rank + 1)):
         raise LayerError(f"mean over dims {list(dims)} of a tensor with {rank} per-sample axes: only the mean over "
                          "all spatial axes (global average pooling) is supported")
-    return PoolAttrs("avg", (), (), ())  # kernel filled in by the caller from the input's spatial size
 
 
 def batchnorm_scale_shift(weight: Optional[np.ndarray], bias: Optional[np.ndarray], mean: np.ndarray,

@@ -330,3 +330,21 @@ def test_calibration_that_does_not_fit_names_the_file(tmp_path, array, says):
 def test_one_sample_is_a_batch_of_one():
     g = _float_mlp()
     assert fidelity.fit_calibration(np.ones(4), "x.npy", g).shape == (1, 4)
+
+
+def test_calibration_chooses_the_activation_ranges_and_is_measured(tmp_path):
+    float_mlp(tmp_path / "m.onnx")
+    x = np.random.default_rng(3).normal(size=(300, 4)) * 0.5
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "out"
+    compile_model(str(tmp_path / "m.onnx"), out, CompileOptions(vectors=200, precision="8",
+                                                                calibration=str(tmp_path / "x.npy")))
+    g = ir.load(out)
+    assert g.metadata["quantization"]["activation_ranges"] == "calibration (300 samples)"
+    # The input quantizer's integer bits come from the data: the fewest that hold its largest value.
+    t = g.tensors["x_q"].dtype
+    assert t.min_value <= x.min() and x.max() <= t.max_value
+    assert not (t.min_value / 2 <= x.min() and x.max() <= t.max_value / 2)
+    f = _report(out)["fidelity"]
+    assert f["reference"]["kind"] == "float" and f["sets"]["calibration"]["vectors"] == 300
+    assert _report(out)["options"]["calibration"] == str(tmp_path / "x.npy")

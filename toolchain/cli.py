@@ -65,6 +65,11 @@ def _print_fidelity(report: dict, out: Path) -> None:
         entry = report["fidelity"].get(key)
         if entry:
             result(f"{what}: {out / (entry if isinstance(entry, str) else entry['file'])}")
+    scores = report.get("task_scores")
+    if scores:  # a recipe: its own metric on its held-out samples
+        pairs = ", ".join(f"{k} {v:.4g} float, {scores['compiled'][k]:.4g} compiled"
+                          for k, v in scores["reference"].items())
+        result(f"recipe score on {scores['held_out']['samples']:,} held-out samples: {pairs}")
 
 
 # -- emulate ---------------------------------------------------------------------------------------
@@ -232,17 +237,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # -- bench -----------------------------------------------------------------------------------------
 
 def cmd_bench_emulate(args: argparse.Namespace) -> int:
-    from rich.table import Table
+    from .bench.emulate import bench_designs, table, write_json
 
-    from .bench.emulate import bench_emulate, write_json
-
-    rows = bench_emulate(args.model, batch=args.batch, repeats=args.repeats)
-    t = Table(title=f"bench emulate: {args.model}, batch {args.batch}", title_justify="left")
-    for col in ("executor", "median s", "samples/s", "x onnxruntime"):
-        t.add_column(col, justify="left" if col == "executor" else "right")
-    for r in rows:
-        t.add_row(r.executor, f"{r.seconds_median:.4f}", f"{r.samples_per_s:,.0f}", f"{r.ratio_to_onnxruntime:.2f}")
-    out_console.print(t)
+    rows = bench_designs(None if args.model is None else [args.model], batch=args.batch, repeats=args.repeats,
+                         precision=args.precision, progress=progress)
+    out_console.print(table(rows))
     if args.json:
         write_json(rows, Path(args.json), {"benchmark": "emulate"})
         result(f"wrote {args.json}")
@@ -758,9 +757,12 @@ def _add_bench_commands(sub, fmt) -> None:
 
     e = suite("emulate", cmd_bench_emulate, "golden model vs ONNX Runtime throughput",
               "Golden-model throughput against ONNX Runtime on the same exported model and batch, as a ratio in one "
-              "run (median of --repeats timed runs after a warm-up).",
-              "bitforge bench emulate --json bench-emulate.json\nbitforge bench emulate --model kan-tracker --batch 1000")
-    e.add_argument("--model", default="jet-mlp", help="recipe or model file (default jet-mlp)")
+              "run (median of --repeats timed runs after a warm-up); aim: the golden model within 3x.",
+              "bitforge bench emulate --json bench-emulate.json\nbitforge bench emulate --model kan-tracker --batch 1000"
+              "\nbitforge bench emulate --model digits-cnn --precision 16")
+    e.add_argument("--model", help="recipe or model file (default: jet-mlp and digits-cnn at --precision 8)")
+    e.add_argument("--precision", metavar="SPEC", help="quantize --model at SPEC, as 'compile --precision' (default: "
+                   "8 for digits-cnn, else the model's own types)")
     e.add_argument("--batch", type=vector_count, default=10_000, help="samples per timed run (default 10000)")
     e.add_argument("--repeats", type=repeat_count, default=7, help="timed runs, the median is reported (default 7)")
 

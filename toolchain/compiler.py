@@ -354,6 +354,11 @@ def _compile_into(tmp: Path, loaded: LoadedModel, g: Graph, warnings: list, opti
         progress("measuring fidelity: the fixed-point model against the float model")
     report["fidelity"] = write_fidelity(tmp, loaded.graph, g, options.vectors, options.seed,
                                         loaded.calibration if options.calibration else None, options.trace)
+    if loaded.source.get("kind") == "recipe":  # the recipe's own metric on its held-out data: float vs compiled
+        from bitforge.models.recipes import get_recipe
+
+        from .verify.fidelity import reference_for
+        report["task_scores"] = get_recipe(loaded.source["name"]).scores(reference_for(loaded.graph).graph, g)
     if "rtl" in options.to:
         progress("generating Verilog")
         report["rtl"] = write_rtl(g, tmp, options, progress)

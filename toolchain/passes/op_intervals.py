@@ -2,10 +2,10 @@
 LeakyReLU), the exact activations (Clip, HardSigmoid/HardSwish), the tables (Table, Softmax), ArgMax and data
 movement (Reshape, Transpose, Concat).
 
-:mod:`.intervals` owns the bounds, the casts and the stages; this module computes, per op, the bounds of the exact
+:mod:`.bounds` owns the bounds, the casts and the stages; this module computes, per op, the bounds of the exact
 values a cast receives, mirroring the golden model's rule in ``toolchain/emulate.py`` step by step: fixed-point
 bounds are exact integer codes (Python ints), float bounds are widened outward by float32's rounding as in
-:func:`.intervals._dense_float`. Window ops gather their bounds through ``windows.window_indices``, the one table of
+:func:`.bounds.dense_float`. Window ops gather their bounds through ``windows.window_indices``, the one table of
 taps every executor uses, so a tap on the padding is bounded by exactly what the golden model reads there.
 """
 from __future__ import annotations
@@ -36,19 +36,19 @@ from ..ir import (
     Transpose,
 )
 from ..windows import gather_windows, window_indices
-from .intervals import (
+from .bounds import (
     F32_ABS,
     F32_REL,
     Bounds,
     IntervalError,
     Stage,
-    _accumulator_stage,
-    _dense_float,
-    _finite,
-    _objects,
-    _typed,
+    accumulator_stage,
     aligned_codes,
     box_matmul,
+    dense_float,
+    finite,
+    objects,
+    typed,
 )
 
 __all__ = ["fixed_stages", "float_bounds", "INCREASING", "DIP", "dip_bracket", "function_range"]
@@ -99,7 +99,7 @@ def fixed_stages(g: Graph, n: Node, xs: list[Bounds], out: Callable[[Bounds], St
     x = xs[0]
     if isinstance(n, (Conv, ScaleShift)):
         exact = _conv_exact(g, n, x) if isinstance(n, Conv) else _scale_shift_exact(n, x)
-        acc = _accumulator_stage(n, f"{n.name}.accum", exact, n.accum_type)
+        acc = accumulator_stage(n, f"{n.name}.accum", exact, n.accum_type)
         return [acc, out(acc.result)]
     rule = _FIXED.get(n.OP)
     if rule is None:
@@ -109,7 +109,7 @@ def fixed_stages(g: Graph, n: Node, xs: list[Bounds], out: Callable[[Bounds], St
 
 def _conv_exact(g: Graph, n: Conv, x: Bounds) -> Bounds:
     """Every output position is a Dense stage over its window; a padding tap reads code 0 exactly."""
-    wt = _typed(n, n.weight_type, "weight_type")
+    wt = typed(n, n.weight_type, "weight_type")
     lo_w, idx = _windows(x.lo, n, 0)
     hi_w, _ = _windows(x.hi, n, 0)
     positions, taps = idx.shape
@@ -141,15 +141,15 @@ def _pool_exact(g: Graph, n: Pool, xs: list[Bounds]) -> Bounds:
         return Bounds(lo_w.max(axis=2).reshape(shape), hi_w.max(axis=2).reshape(shape), x.frac)
     lo_w, _ = _windows(x.lo, n, 0)
     hi_w, _ = _windows(x.hi, n, 0)
-    r = _objects(pool_reciprocals(n, x.lo.shape[1:]))[None, :]  # positive: the order of the bounds stays
+    r = objects(pool_reciprocals(n, x.lo.shape[1:]))[None, :]  # positive: the order of the bounds stays
     lo, hi = lo_w.sum(axis=2) * r, hi_w.sum(axis=2) * r
     return Bounds(lo.reshape(shape), hi.reshape(shape), x.frac + n.recip_frac)
 
 
 def _scale_shift_exact(n: ScaleShift, x: Bounds) -> Bounds:
     """x * scale[c] (a negative scale swaps the ends), plus the shift aligned to frac(x) + frac(scale)."""
-    st = _typed(n, n.scale_type, "scale_type")
-    s = _per_channel(_objects(n.scale), x.lo.ndim)
+    st = typed(n, n.scale_type, "scale_type")
+    s = _per_channel(objects(n.scale), x.lo.ndim)
     a, b = x.lo * s, x.hi * s
     lo, hi = np.minimum(a, b), np.maximum(a, b)
     frac = x.frac + st.frac
@@ -163,8 +163,8 @@ def _leaky_relu_exact(g: Graph, n: LeakyReLU, xs: list[Bounds]) -> Bounds:
     """Both branches at frac(x) + frac(alpha): ``x << frac(alpha)`` over the codes >= 0, ``x * alpha[c]`` over the
     codes < 0 (linear in x, so extreme at the ends of that part; any sign of alpha)."""
     x = xs[0]
-    fa = _typed(n, n.alpha_type, "alpha_type").frac
-    alpha = np.broadcast_to(_per_channel(_objects(n.alpha), x.lo.ndim), x.lo.shape)
+    fa = typed(n, n.alpha_type, "alpha_type").frac
+    alpha = np.broadcast_to(_per_channel(objects(n.alpha), x.lo.ndim), x.lo.shape)
 
     def bound(lo: int, hi: int, a: int) -> tuple[int, int]:
         values = []
@@ -197,7 +197,7 @@ def _hard_sigmoid_exact(g: Graph, n: HardSigmoid, xs: list[Bounds]) -> Bounds:
     and of the quadratic's vertex. Evaluating those few codes gives the exact range.
     """
     x = xs[0]
-    at = _typed(n, n.alpha_type, "alpha_type")
+    at = typed(n, n.alpha_type, "alpha_type")
     f = x.frac + at.frac
     a, b, one = int(n.alpha_code), int(n.beta_code) << x.frac, 1 << f
 
@@ -316,8 +316,8 @@ def float_bounds(g: Graph, n: Node, xs: list[Bounds]) -> Bounds:
 def _conv_float(g: Graph, n: Conv, xs: list[Bounds]) -> Bounds:
     """Per group, the windows are rows of a Dense bound (gamma_n summation error included); padding is 0.0."""
     x = xs[0]
-    lo_w, idx = _windows(_finite(x.lo), n, 0.0)
-    hi_w, _ = _windows(_finite(x.hi), n, 0.0)
+    lo_w, idx = _windows(finite(x.lo), n, 0.0)
+    hi_w, _ = _windows(finite(x.hi), n, 0.0)
     positions, taps = idx.shape
     cg, og = n.weight.shape[1], n.out_channels // n.groups
     los, his = [], []
@@ -325,7 +325,7 @@ def _conv_float(g: Graph, n: Conv, xs: list[Bounds]) -> Bounds:
         rows = lambda a: a[grp * cg:(grp + 1) * cg].transpose(1, 0, 2).reshape(positions, cg * taps)  # noqa: E731
         w = np.asarray(n.weight[grp * og:(grp + 1) * og]).reshape(og, cg * taps)
         bias = None if n.bias is None else np.asarray(n.bias)[grp * og:(grp + 1) * og]
-        b = _dense_float(Bounds(rows(lo_w), rows(hi_w), None), w, bias)  # (positions, og)
+        b = dense_float(Bounds(rows(lo_w), rows(hi_w), None), w, bias)  # (positions, og)
         los.append(b.lo)
         his.append(b.hi)
     shape = g.tensors[n.output].shape
@@ -339,8 +339,8 @@ def _pool_float(g: Graph, n: Pool, xs: list[Bounds]) -> Bounds:
         lo_w, _ = _windows(np.asarray(x.lo, dtype=np.float64), n, -np.inf)
         hi_w, _ = _windows(np.asarray(x.hi, dtype=np.float64), n, -np.inf)
         return Bounds(lo_w.max(axis=2).reshape(shape), hi_w.max(axis=2).reshape(shape), None)
-    lo_w, idx = _windows(_finite(x.lo), n, 0.0)
-    hi_w, _ = _windows(_finite(x.hi), n, 0.0)
+    lo_w, idx = _windows(finite(x.lo), n, 0.0)
+    hi_w, _ = _windows(finite(x.hi), n, 0.0)
     taps = idx.shape[1]
     # A float32 sum of ``taps`` terms errs by at most gamma_taps * sum |x_i|; the division rounds once more.
     sum_err = (taps + 1) * (F32_REL * np.maximum(np.abs(lo_w), np.abs(hi_w)).sum(axis=2) + F32_ABS)
@@ -356,7 +356,7 @@ def _scale_shift_float(g: Graph, n: ScaleShift, xs: list[Bounds]) -> Bounds:
     s = _per_channel(np.asarray(n.scale, dtype=np.float32).astype(np.float64), x.lo.ndim)
     t = 0.0 if n.shift is None else _per_channel(np.asarray(n.shift, dtype=np.float32).astype(np.float64),
                                                  x.lo.ndim)
-    xl, xh = _finite(x.lo), _finite(x.hi)
+    xl, xh = finite(x.lo), finite(x.hi)
     a, b = xl * s, xh * s
     lo, hi = np.minimum(a, b) + t, np.maximum(a, b) + t
     mag = np.maximum(np.abs(xl), np.abs(xh)) * np.abs(s) + np.abs(t)
@@ -366,7 +366,7 @@ def _scale_shift_float(g: Graph, n: ScaleShift, xs: list[Bounds]) -> Bounds:
 def _leaky_relu_float(g: Graph, n: LeakyReLU, xs: list[Bounds]) -> Bounds:
     """x where x >= 0 (exact), else x * alpha (one rounding); the hull of the branches the interval reaches."""
     x = xs[0]
-    xl, xh = _finite(x.lo), _finite(x.hi)
+    xl, xh = finite(x.lo), finite(x.hi)
     a = _per_channel(np.asarray(n.alpha, dtype=np.float32).astype(np.float64), xl.ndim)
     n1, n2 = xl * a, np.minimum(xh, 0.0) * a
     err = _rounding_error(n1, n2)
@@ -391,7 +391,7 @@ def _hard_sigmoid_float(g: Graph, n: HardSigmoid, xs: list[Bounds]) -> Bounds:
     E = F32_REL (|a| M + |b|) + F32_ABS (clip does not add to it), and ``x t`` by M E plus its own rounding."""
     x = xs[0]
     a, b = float(np.float32(n.alpha)), float(np.float32(n.beta))
-    xl, xh = _finite(x.lo), _finite(x.hi)
+    xl, xh = finite(x.lo), finite(x.hi)
     m = np.maximum(np.abs(xl), np.abs(xh))
     t_err = F32_REL * (abs(a) * m + abs(b)) + F32_ABS
     t = lambda v: np.clip(a * v + b, 0.0, 1.0)  # noqa: E731
@@ -453,7 +453,7 @@ def _table_float(g: Graph, n: Table, xs: list[Bounds]) -> Bounds:
     of its float64 value (F32_REL also covers the float64 evaluation's own error)."""
     x = xs[0]
     try:
-        lo, hi = function_range(n.function, _finite(x.lo), _finite(x.hi))
+        lo, hi = function_range(n.function, finite(x.lo), finite(x.hi))
     except IntervalError as e:
         raise IntervalError(f"{n.describe()}: {e}") from None
     err = _rounding_error(np.nan_to_num(lo, posinf=0.0, neginf=0.0), np.nan_to_num(hi, posinf=0.0, neginf=0.0))

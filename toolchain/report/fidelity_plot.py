@@ -74,8 +74,11 @@ def write_plot(path: Path, rows: list[PlotRow], title: str) -> None:
             lo_x, hi_x = min(lo_x, row.reference_top), max(hi_x, row.reference_top)
     if drawn:
         ax.legend(loc="best", fontsize=8, framealpha=0.9)
+    # A float reference that overflowed to inf (a huge weight) has no place on the axis: keep what is finite.
     if not math.isfinite(lo_x):
-        lo_x, hi_x = -8, 8
+        lo_x = -8 if not math.isfinite(hi_x) else hi_x - 16
+    if not math.isfinite(hi_x):
+        hi_x = lo_x + 16
     ax.set_xlim(math.floor(lo_x) - 1, math.ceil(hi_x) + 4)
     ax.set_ylim(-0.7, n - 0.3)
     ax.set_yticks(range(n))

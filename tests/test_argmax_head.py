@@ -40,3 +40,17 @@ def test_a_model_without_a_softmax_output_is_refused_with_what_it_ends_with():
     g.nodes, g.outputs = g.nodes[:1], ["logits"]
     with pytest.raises(HeadError, match=r"outputs are 'logits' \(Dense\)"):
         argmax_head(g)
+
+
+def test_compile_softmax_argmax_keeps_the_recipe_decisions_and_reports_their_agreement(tmp_path):
+    from bitforge.toolchain.compiler import CompileOptions, compile_model
+
+    report = compile_model("digits-cnn", tmp_path / "out", CompileOptions(precision="8", vectors=500,
+                                                                          softmax="argmax"))
+    layers = report["graph"]["layers"]
+    assert layers[-1]["op"] == "ArgMax" and not any(layer["op"] == "Softmax" for layer in layers)
+    assert report["verification"]["golden_vs_onnxruntime"]["mismatches"] == 0
+    out = next(iter(report["fidelity"]["sets"]["verification"]["outputs"].values()))
+    assert 0.9 <= out["top1_agreement"] <= 1.0 and out["top1_compared"] > 0
+    scores = report["task_scores"]
+    assert scores["compiled"]["accuracy"] >= scores["reference"]["accuracy"] - 0.02

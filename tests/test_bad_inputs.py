@@ -244,6 +244,9 @@ CASES = {
     "compile trace 0": bad("compile jet-mlp -o {out} --trace 0", "argument --trace", "from 1"),
     "compile trace word": bad("compile jet-mlp -o {out} --trace x", "argument --trace", "whole number"),
     "compile trace past the cap": bad(f"compile jet-mlp -o {{out}} --trace {BIG}", "argument --trace", "1,000,000"),
+    "compile softmax choice": bad("compile jet-mlp -o {out} --softmax max", "argument --softmax", "argmax"),
+    "compile softmax argmax without softmax": bad("compile jet-mlp -o {out} --softmax argmax", "--softmax argmax",
+                                                  "Softmax", "outputs are"),
     "compile trace float model": bad("compile m.onnx -o {out} --trace 3", "--trace", "--precision",
                                      setup=onnx_file(ONNX)),
     # -- compile: where it writes (toolchain/outputs.py) -------------------------------------------------------

@@ -49,7 +49,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     opts = CompileOptions(to=tuple(args.to), precision=args.precision, vectors=args.vectors, seed=args.seed,
                           input_range=args.input_range, reuse=args.reuse, target=args.target, weights=args.weights,
-                          calibration=args.calibration, trace=args.trace or 0)
+                          calibration=args.calibration, trace=args.trace or 0, softmax=args.softmax)
     report = compile_model(args.model, args.output, opts, progress=progress, force=args.force)  # '' stays ''
     print_compile_summary(report, Path(args.output))
     _print_fidelity(report, Path(args.output))
@@ -336,6 +336,9 @@ def _add_fidelity_options(p: argparse.ArgumentParser) -> None:
                    "against the float one on them too (docs/fidelity.md)")
     p.add_argument("--trace", type=vector_count, metavar="N", help="write every tensor of the fixed-point and the "
                    "float model for the first N fidelity vectors to OUT/trace.npz, to see where the error enters")
+    p.add_argument("--softmax", choices=("keep", "argmax"), default="keep",
+                   help="argmax: a classifier that only needs its decision gets the ArgMax of the logits instead "
+                        "of the Softmax at its output (no exp/reciprocal tables; the same class, first on ties)")
 
 
 def _add_board_options(p: argparse.ArgumentParser) -> None:
@@ -454,7 +457,7 @@ def cmd_flow(args: argparse.Namespace) -> int:
         return 0
     opts = CompileOptions(to=("onnx", "rtl"), precision=args.precision, vectors=args.vectors, seed=args.seed,
                           input_range=args.input_range, reuse=args.reuse, target=args.target, weights=args.weights,
-                          calibration=args.calibration, trace=args.trace or 0)
+                          calibration=args.calibration, trace=args.trace or 0, softmax=args.softmax)
     _flow(args.model, args.output, opts, args.simulator, args.sim_vectors, args.pnr_seed, force=args.force,
           board=args.board, baud=args.baud)
     return 0
@@ -758,11 +761,12 @@ def _add_bench_commands(sub, fmt) -> None:
     e = suite("emulate", cmd_bench_emulate, "golden model vs ONNX Runtime throughput",
               "Golden-model throughput against ONNX Runtime on the same exported model and batch, as a ratio in one "
               "run (median of --repeats timed runs after a warm-up); aim: the golden model within 3x.",
-              "bitforge bench emulate --json bench-emulate.json\nbitforge bench emulate --model kan-tracker --batch 1000"
-              "\nbitforge bench emulate --model digits-cnn --precision 16")
+              "bitforge bench emulate --json bench-emulate.json\n"
+              "bitforge bench emulate --model kan-tracker --batch 1000\n"
+              "bitforge bench emulate --model digits-cnn --precision 16")
     e.add_argument("--model", help="recipe or model file (default: jet-mlp and digits-cnn at --precision 8)")
-    e.add_argument("--precision", metavar="SPEC", help="quantize --model at SPEC, as 'compile --precision' (default: "
-                   "8 for digits-cnn, else the model's own types)")
+    e.add_argument("--precision", metavar="SPEC", help="quantize the model(s) at SPEC, as 'compile --precision' "
+                   "(default: 8 for digits-cnn, else the model's own types)")
     e.add_argument("--batch", type=vector_count, default=10_000, help="samples per timed run (default 10000)")
     e.add_argument("--repeats", type=repeat_count, default=7, help="timed runs, the median is reported (default 7)")
 
@@ -771,7 +775,7 @@ def _add_bench_commands(sub, fmt) -> None:
         "rtl", cmd_bench_rtl, "bitforge's RTL vs da4ml's, same yosys",
         "bitforge's fully parallel RTL against da4ml's (pip install 'bitforge[bench]') on the same networks, "
         "synthesised by the same yosys (xcvu9p estimate, ecp5-85f place and route), with bitforge/da4ml ratios; "
-        "each synthesis takes minutes.",
+        "the digits CNN (one output position per clock) is bitforge only. Each synthesis takes minutes.",
         "bitforge bench rtl --designs jet-mlp-layer1 --json bench-rtl.json\nbitforge bench rtl --no-pnr"))
 
     from .compress.commands import add_bench_arguments, add_neuqi_bench_arguments

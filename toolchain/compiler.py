@@ -48,6 +48,8 @@ class CompileOptions:
     calibration: Optional[str] = None
     #: Write every tensor of both models for the first ``trace`` fidelity vectors to OUT/trace.npz (0: none).
     trace: int = 0
+    #: "keep", or "argmax": a Softmax at the model's output becomes the ArgMax of its logits (passes/heads.py).
+    softmax: str = "keep"
 
     def __post_init__(self) -> None:
         if self.input_range is not None and not (len(self.input_range) == 2 and
@@ -62,6 +64,8 @@ class CompileOptions:
             raise CompileError(f"--seed must be from 0 to 2**32-1, got {self.seed}")
         if self.weights not in ("rom", "ram"):
             raise CompileError(f"--weights must be rom or ram, got {self.weights!r}")
+        if self.softmax not in ("keep", "argmax"):
+            raise CompileError(f"--softmax must be keep or argmax, got {self.softmax!r}")
         if self.trace < 0:
             raise CompileError(f"--trace must be 0 or more vectors, got {self.trace}")
         # RTL-only options are refused without the RTL backend rather than silently ignored.
@@ -289,6 +293,9 @@ def _load(model: str, options: CompileOptions, progress: Callable[[str], None]) 
     if calibration is not None:  # the user's data replaces a recipe's own for --precision's activation ranges
         from .verify.fidelity import fit_calibration
         loaded.calibration = fit_calibration(calibration, options.calibration, loaded.graph)
+    if options.softmax == "argmax":  # in the float reference too: the fidelity report compares decisions
+        from .passes.heads import argmax_head
+        loaded.graph = argmax_head(loaded.graph)
     progress("quantizing and inferring precision" if options.precision else "inferring precision")
     g, warnings = prepare(loaded, options.precision, options.input_range)
     if not g.is_fixed and (options.calibration is not None or options.trace):

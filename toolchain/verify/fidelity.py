@@ -250,6 +250,8 @@ class _OutputStats:
     identical_rows: int = 0
     top1_positions: int = 0
     top1_agree: int = 0
+    #: The output is a class index (an ArgMax: ``--softmax argmax``): top-1 agreement is equality.
+    is_index: bool = False
 
     def add(self, v: np.ndarray, ref: np.ndarray, first_row: int) -> None:
         n = len(v)
@@ -264,8 +266,8 @@ class _OutputStats:
         if ref.size:
             self.ref_lo, self.ref_hi = min(self.ref_lo, float(ref.min())), max(self.ref_hi, float(ref.max()))
         self.identical_rows += int((d == 0).all(axis=1).sum())
-        if v.ndim >= 2 and v.shape[-1] > 1:
-            agree = v.argmax(axis=-1) == ref.argmax(axis=-1)
+        if self.is_index or (v.ndim >= 2 and v.shape[-1] > 1):
+            agree = (v == ref)[..., 0] if self.is_index else v.argmax(axis=-1) == ref.argmax(axis=-1)
             self.top1_positions += agree.size
             self.top1_agree += int(agree.sum())
 
@@ -350,7 +352,8 @@ def measure(fixed_g: Graph, ref: Reference, batch: Batch) -> SetResult:
     mapping = tensor_map(fixed_g, ref.graph)
     layers = [LayerProfile(n.name, n.OP, o, fixed_g.tensors[o].dtype, mapping.get(o), _TensorStats())
               for n in fixed_g.nodes for o in n.outputs]
-    outs = {o: _OutputStats() for o in fixed_g.outputs}
+    producers = {n.output: n.OP for n in fixed_g.nodes}
+    outs = {o: _OutputStats(is_index=producers.get(o) == "ArgMax") for o in fixed_g.outputs}
     by_tensor = {layer.tensor: layer for layer in layers}
     step = _rows_per_batch(fixed_g, batch.rows)
     for start in range(0, batch.rows, step):

@@ -297,3 +297,114 @@ def test_cli_help_lists_the_rtl_suite_and_its_own_flags(capsys):
 def test_cli_unknown_design_is_a_user_error(capsys):
     assert main(["bench", "rtl", "--designs", "nope"]) == 2
     assert "unknown design(s) nope" in capsys.readouterr().err
+
+
+# -- the digits CNN (bitforge only) -------------------------------------------------------------------------------
+
+CNN = bench_rtl.DESIGNS["digits-cnn"]
+
+
+def test_design_list_has_the_digits_cnn_with_its_reuse_and_no_da4ml_reason():
+    assert "digits-cnn" in bench_rtl.parse_designs(None) and bench_rtl.parse_designs("digits-cnn") == ["digits-cnn"]
+    assert (CNN.model, CNN.precision, CNN.reuse, CNN.dense_layers) == ("digits-cnn", "8", 1, None)
+    assert "da4ml" in CNN.no_da4ml and "Conv" in CNN.no_da4ml
+    assert all(bench_rtl.DESIGNS[n].no_da4ml is None for n in ("jet-mlp", "jet-mlp-layer1"))
+
+
+def test_a_design_without_da4ml_has_an_na_row_and_no_ratio():
+    bf = bench_rtl.row_from_entry(CNN, "bitforge", "ecp5-85f", {
+        "lut": 30000, "ff": 9000, "dsp": 10, "bram": 3, "fmax_mhz": 50.0, "latency_cycles": 127, "ii": 64})
+    na = bench_rtl.row_no_da4ml(CNN, "ecp5-85f")
+    assert (na.generator, na.status, na.note, na.lut, na.fmax_mhz) == ("da4ml", "n/a", CNN.no_da4ml, None, None)
+    assert bench_rtl.ratios([bf, na]) == []
+    doc = bench_rtl.BenchResult([bf, na], [], {}).to_json()["rows"]
+    assert all(set(bench_rtl.ROW_FIELDS) | {"bram", "reuse", "status", "note"} <= set(d) for d in doc)
+    assert doc[0]["bram"] == 3
+
+
+def test_table_shows_bram_the_na_row_its_reason_and_a_reuse_other_than_1():
+    import io
+
+    from rich.console import Console
+
+    bf = bench_rtl.row_from_entry(CNN, "bitforge", "xcvu9p", {"lut": 1234, "ff": 567, "dsp": 0, "bram": 2.5,
+                                                             "latency_cycles": 127, "ii": 64})
+    bf.reuse = 4
+    text = io.StringIO()
+    Console(file=text, width=200).print(bench_rtl.table(bench_rtl.BenchResult(
+        [bf, bench_rtl.row_no_da4ml(CNN, "xcvu9p")], [], {})))
+    out = text.getvalue()
+    assert "BRAM" in out and "2.5" in out and "1,234" in out
+    assert "digits-cnn: bitforge at --reuse 4" in out
+    assert "digits-cnn: da4ml n/a: " + CNN.no_da4ml[:40] in out
+    lines = [line.split() for line in out.splitlines() if line.split()[:3] == ["digits-cnn", "xcvu9p", "da4ml"]]
+    assert len(lines) == 1 and lines[0][3:] == ["-"] * 8 + ["n/a"]  # LUT ... eq, then the status
+
+
+@pytest.fixture(scope="module")
+def cnn_run(tmp_path_factory):
+    """run_bench on the digits CNN with implement replaced by the manifest's numbers: the real IR and RTL (no
+    synthesis), and da4ml made unavailable to show the CNN does not need it."""
+    from bitforge.toolchain.flows.implement import read_manifest
+
+    def no_da4ml():
+        raise AssertionError("the CNN rows must not need da4ml")
+
+    def fake_implement(design, generator, target, folder, clock_mhz, progress):
+        man = read_manifest(folder)
+        return bench_rtl.row_from_entry(design, generator, target, {
+            "lut": 1, "ff": 1, "dsp": 0, "bram": 0, "latency_cycles": man.latency_cycles, "ii": man.ii})
+
+    work = tmp_path_factory.mktemp("bench")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(da, "require_da4ml", no_da4ml)
+    mp.setattr(bench_rtl, "implement_row", fake_implement)
+    try:
+        res = bench_rtl.run_bench(bench_rtl.BenchOptions(designs=("digits-cnn",), work=work / "w", vectors=50))
+    finally:
+        mp.undo()
+    return res, work / "w" / "digits-cnn"
+
+
+def test_cnn_bench_graph_is_the_fixed_point_cnn(cnn_run):
+    g = ir.load(cnn_run[1] / "bitforge")  # bench_graph's result, as compile saved it
+    ops = [type(n).__name__ for n in g.nodes]
+    assert ops.count("Conv") == 2 and ops.count("Pool") == 2 and "Softmax" in ops
+    assert g.name == "digits_cnn" and g.tensors[g.inputs[0]].shape == (1, 8, 8)
+    assert g.is_fixed
+
+
+def test_cnn_rows_come_from_its_rtl_at_reuse_1_with_da4ml_na(cnn_run):
+    res, folder = cnn_run
+    man = json.loads((folder / "bitforge" / "rtl" / "manifest.json").read_text())
+    assert "reuse_auto" not in man and all(layer["reuse"] == 1 for layer in man["layers"])
+    conv0 = next(layer for layer in man["layers"] if layer["node"] == "conv_0")
+    # one output position per clock: the first conv's 8x8 positions set the II
+    assert conv0["ii"] == conv0["resources"]["positions"] == 64 and man["ii"] == 64
+    assert not (folder / "da4ml").exists()
+    assert [(r.generator, r.target, r.status) for r in res.rows] == [
+        ("bitforge", "xcvu9p", "ok"), ("da4ml", "xcvu9p", "n/a"),
+        ("bitforge", "ecp5-85f", "ok"), ("da4ml", "ecp5-85f", "n/a")]
+    for r in res.rows:
+        assert (r.design, r.precision) == ("digits-cnn", "8")
+        if r.generator == "bitforge":
+            assert (r.latency_cycles, r.ii, r.reuse) == (man["latency_cycles"], 64, 1)
+        else:
+            assert r.note == CNN.no_da4ml and r.lut is None and r.reuse is None
+    assert res.ratios == [] and res.settings["bitforge"]["reuse"] == {"digits-cnn": 1}
+    report = json.loads((folder / "bitforge" / "report.json").read_text())
+    assert report["verification"]["golden_vs_onnxruntime"]["mismatches"] == 0
+
+
+@pytest.mark.slow
+def test_cnn_synthesis_row_on_ecp5(tmp_path):
+    """The real yosys synth_ecp5 row of the CNN (no place and route): a few minutes."""
+    res = bench_rtl.run_bench(bench_rtl.BenchOptions(designs=("digits-cnn",), targets=("ecp5-85f",),
+                                                     work=tmp_path / "w", vectors=50, no_pnr=True))
+    bf, na = res.rows
+    assert (bf.generator, bf.status, na.status) == ("bitforge", "synth-only", "n/a")
+    assert bf.lut > 1000 and bf.ff > 1000 and bf.dsp is not None and bf.bram is not None
+    assert bf.lut <= 83640 and bf.ff <= 83640 and bf.dsp <= 156 and bf.bram <= 208  # fits the ECP5-85F
+    man = json.loads((tmp_path / "w" / "digits-cnn" / "bitforge" / "rtl" / "manifest.json").read_text())
+    assert (bf.latency_cycles, bf.ii, bf.reuse) == (man["latency_cycles"], man["ii"], 1)
+    assert "synth_ecp5" in bf.resources_from

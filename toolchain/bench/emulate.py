@@ -118,13 +118,16 @@ def summary(rows: Sequence[BenchRow]) -> list[dict]:
 
 
 def table(rows: Sequence[BenchRow]):
-    """The rows as a rich table; each golden row's ``x onnxruntime`` is the ratio the aim is about."""
+    """The rows as a rich table narrow enough for an 80-column log; each golden row's ``x onnxruntime`` is the
+    ratio the aim is about."""
+    from rich import box
     from rich.table import Table
 
     batch = f", batch {rows[0].batch:,}" if rows else ""
-    t = Table(title=f"bench emulate: golden model vs onnxruntime (aim: >= {AIM:.2f}x){batch}", title_justify="left")
+    t = Table(title=f"bench emulate: golden model vs onnxruntime (aim: >= {AIM:.2f}x){batch}", title_justify="left",
+              box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False, show_edge=False)
     for col in ("model", "executor", "median s", "samples/s", "x onnxruntime"):
-        t.add_column(col, justify="left" if col in ("model", "executor") else "right")
+        t.add_column(col, justify="left" if col in ("model", "executor") else "right", no_wrap=True)
     for r in rows:
         name = r.model if r.precision is None else f"{r.model} @{r.precision}"
         t.add_row(name, r.executor, f"{r.seconds_median:.4f}", f"{r.samples_per_s:,.0f}",

@@ -21,7 +21,7 @@ import qonnx_builders as B
 from bitforge.toolchain import emulate, ir
 from bitforge.toolchain.fixed import FixedType, Overflow, Rounding
 from bitforge.toolchain.frontends.onnx_frontend import (
-    SUPPORTED_OPS, OnnxFrontendError, from_onnx_model, load_onnx,
+    QuantOptions, SUPPORTED_OPS, OnnxFrontendError, from_onnx_model, load_onnx,
 )
 from bitforge.toolchain.passes.precision import infer_precision
 
@@ -332,10 +332,11 @@ def test_oracle_rounding_matches_the_qonnx_spec_table():
 
 # -- (d) bad input ---------------------------------------------------------------------------------------
 
-def raises(model: onnx.ModelProto, *fragments: str, source: str = "bad.onnx") -> str:
-    """Translate ``model``; assert an OnnxFrontendError mentioning the source and every fragment."""
+def raises(model: onnx.ModelProto, *fragments: str, source: str = "bad.onnx", strict: bool = False) -> str:
+    """Translate ``model`` (``strict``: as ``--strict`` does, refusing every approximation); assert an
+    OnnxFrontendError mentioning the source and every fragment."""
     with pytest.raises(OnnxFrontendError) as info:
-        from_onnx_model(model, source)
+        from_onnx_model(model, source, QuantOptions(strict=True) if strict else None)
     msg = str(info.value)
     for f in (source, *fragments):
         assert f in msg, f"{f!r} missing from: {msg}"
@@ -419,25 +420,25 @@ def test_qdq_non_power_of_two_scale_is_rejected(where):
     t = next(t for t in model.graph.initializer if t.name == name)
     t.CopyFrom(B.init(name, np.float32(0.1)))
     node = "in_Q" if where == "activation" else "W0_DQ"
-    raises(model, f"node '{node}'", "scale 0.1", "not a power of two", "power-of-two scales", "QONNX")
+    raises(model, f"node '{node}'", "scale 0.1", "not a power of two", "power-of-two scales", "QONNX", strict=True)
 
 
 def test_qonnx_non_power_of_two_scale_is_rejected():
     model = B.brevitas_style_mlp(8)
     t = next(t for t in model.graph.initializer if t.name == "quant_act0_scale")
     t.CopyFrom(B.init(t.name, np.float32(0.03)))
-    raises(model, "node 'quant_act0' (Quant)", "not a power of two")
+    raises(model, "node 'quant_act0' (Quant)", "not a power of two", strict=True)
 
 
 def test_activation_zero_point_without_fixed_range_is_rejected():
     raises(_single_qdq_layer(np.int8, 3), "node 'q_in' (QuantizeLinear)", "zero point 3", "[-131, 124]",
-           "zero point 0")
+           "zero point 0", strict=True)
 
 
 def test_qonnx_unsigned_narrow_activation_is_rejected():
     model = B.qonnx_mlp((4, 3), in_q=B.QSpec(8, 4, signed=False, narrow=True), weight_q=[B.QSpec(8, 6)],
                         act_q=[B.QSpec(8, 4)])
-    raises(model, "node 'quant_in' (Quant)", "[0, 254]")
+    raises(model, "node 'quant_in' (Quant)", "[0, 254]", strict=True)
 
 
 def test_qonnx_ceil_on_activation_is_rejected():
@@ -475,7 +476,7 @@ def test_float_bias_off_the_accumulator_grid_is_rejected():
                         bias_bits=None)
     t = next(t for t in model.graph.initializer if t.name == "fc0_bias")
     t.CopyFrom(B.init(t.name, np.array([0.1, 0.0, 0.0], np.float32)))
-    raises(model, "node 'fc0' (Gemm)", "not a multiple of 2**-10", "Quantize the bias")
+    raises(model, "node 'fc0' (Gemm)", "not a multiple of 2**-10", "Quantize the bias", strict=True)
 
 
 def test_float_weights_on_a_quantized_input_are_rejected():

@@ -50,6 +50,10 @@ class CompileOptions:
     trace: int = 0
     #: "keep", or "argmax": a Softmax at the model's output becomes the ArgMax of its logits (passes/heads.py).
     softmax: str = "keep"
+    #: Width of the integer multipliers that stand for non-power-of-two quantizer scales (docs/quantized-models.md).
+    multiplier_bits: int = 24
+    #: Refuse what the ONNX frontend cannot translate exactly (non-power-of-two scales, inexact float biases, ...).
+    strict: bool = False
 
     def __post_init__(self) -> None:
         if self.input_range is not None and not (len(self.input_range) == 2 and
@@ -68,6 +72,9 @@ class CompileOptions:
             raise CompileError(f"--softmax must be keep or argmax, got {self.softmax!r}")
         if self.trace < 0:
             raise CompileError(f"--trace must be 0 or more vectors, got {self.trace}")
+        from .multiplier import MAX_BITS, MIN_BITS
+        if not MIN_BITS <= self.multiplier_bits <= MAX_BITS:
+            raise CompileError(f"--multiplier-bits must be {MIN_BITS} to {MAX_BITS}, got {self.multiplier_bits}")
         # RTL-only options are refused without the RTL backend rather than silently ignored.
         if "rtl" not in self.to and (self.target is not None or self.reuse != 1 or self.weights != "rom"):
             given = [f for f, v in (("--target", self.target), ("--reuse", self.reuse != 1),
@@ -82,21 +89,32 @@ class CompileOptions:
                                "(e.g. --target ecp5-85f)")
 
 
+@dataclass(frozen=True)
+class FrontendWarning:
+    """An approximation a frontend made (a rounded bias, a table), listed with the precision warnings."""
+
+    message: str
+
+
 @dataclass
 class LoadedModel:
-    """A frontend's result: the graph, where it came from, and calibration data when the source has some."""
+    """A frontend's result: the graph, where it came from, and calibration data when the source has some.
+    ``reference``: a :class:`.verify.fidelity.Reference` the fidelity report measures against instead of the
+    graph's own float form (an approximated quantized export: the source run by onnxruntime)."""
 
     graph: Graph
     source: dict
     calibration: Optional[np.ndarray] = None
+    reference: Optional[object] = None
 
 
 def _looks_like_path(model: str) -> bool:
     return os.sep in model or model.endswith((".onnx", ".pt2", ".json")) or Path(model).exists()
 
 
-def load_model(model: str, seed: int = 0) -> LoadedModel:
-    """Resolve MODEL: an ``.onnx`` file, a ``torch.export`` archive (``.pt2``), a bitforge output folder, or a recipe."""
+def load_model(model: str, seed: int = 0, strict: bool = False, multiplier_bits: int = 24) -> LoadedModel:
+    """Resolve MODEL: an ``.onnx`` file, a ``torch.export`` archive (``.pt2``), a bitforge output folder, or a recipe.
+    ``strict`` and ``multiplier_bits`` go to the ONNX frontend (:class:`.frontends.onnx_scales.QuantOptions`)."""
     p = Path(model)
     if _looks_like_path(model):
         if not p.exists():
@@ -105,8 +123,13 @@ def load_model(model: str, seed: int = 0) -> LoadedModel:
         if p.is_dir():
             return LoadedModel(ir.load(p), {"kind": "bitforge-ir", "path": str(p)})
         if p.suffix == ".onnx":
-            from .frontends.onnx_frontend import load_onnx
-            return LoadedModel(load_onnx(p), {"kind": "onnx", "path": str(p)})
+            from .frontends.onnx_frontend import QuantOptions, load_onnx
+            g = load_onnx(p, QuantOptions(strict=strict, multiplier_bits=multiplier_bits))
+            reference = None
+            if g.metadata.get("approximate"):  # measured against the source itself, not its approximation
+                from .verify.source_reference import onnx_reference
+                reference = onnx_reference(p)
+            return LoadedModel(g, {"kind": "onnx", "path": str(p)}, reference=reference)
         if p.suffix == ".pt2":
             from .frontends.torch_frontend import load_pt2
             return LoadedModel(load_pt2(p), {"kind": "torch.export", "path": str(p)})
@@ -289,7 +312,7 @@ def _load(model: str, options: CompileOptions, progress: Callable[[str], None]) 
         from .verify.fidelity import read_calibration_file
         calibration = read_calibration_file(options.calibration)
     progress(f"loading {model}")
-    loaded = load_model(model, options.seed)
+    loaded = load_model(model, options.seed, options.strict, options.multiplier_bits)
     if calibration is not None:  # the user's data replaces a recipe's own for --precision's activation ranges
         from .verify.fidelity import fit_calibration
         loaded.calibration = fit_calibration(calibration, options.calibration, loaded.graph)
@@ -298,6 +321,7 @@ def _load(model: str, options: CompileOptions, progress: Callable[[str], None]) 
         loaded.graph = argmax_head(loaded.graph)
     progress("quantizing and inferring precision" if options.precision else "inferring precision")
     g, warnings = prepare(loaded, options.precision, options.input_range)
+    warnings = [FrontendWarning(m) for m in loaded.graph.metadata.get("frontend_warnings", [])] + warnings
     if not g.is_fixed and (options.calibration is not None or options.trace):
         given = " and ".join(f for f, v in (("--calibration", options.calibration is not None),
                                             ("--trace", options.trace)) if v)
@@ -334,7 +358,7 @@ def _compile_into(tmp: Path, loaded: LoadedModel, g: Graph, warnings: list, opti
     report: dict = {
         "model": loaded.source,
         "options": {"to": list(options.to), "precision": options.precision, "vectors": options.vectors,
-                    "seed": options.seed,
+                    "seed": options.seed, "multiplier_bits": options.multiplier_bits, "strict": options.strict,
                     "input_range": list(options.input_range) if options.input_range else None,
                     "calibration": options.calibration, "trace": options.trace},
         "graph": {"name": g.name, "nodes": len(g.nodes), "parameters": g.parameter_count(),
@@ -360,7 +384,8 @@ def _compile_into(tmp: Path, loaded: LoadedModel, g: Graph, warnings: list, opti
     if g.is_fixed:
         progress("measuring fidelity: the fixed-point model against the float model")
     report["fidelity"] = write_fidelity(tmp, loaded.graph, g, options.vectors, options.seed,
-                                        loaded.calibration if options.calibration else None, options.trace)
+                                        loaded.calibration if options.calibration else None, options.trace,
+                                        reference=loaded.reference)
     if loaded.source.get("kind") == "recipe":  # the recipe's own metric on its held-out data: float vs compiled
         from bitforge.models.recipes import get_recipe
 

@@ -132,8 +132,9 @@ class SoftmaxTables:
 
 
 def softmax_tables(in_type: FixedType, n: int, exp_type: FixedType = EXP_TYPE, recip_type: FixedType = RECIP_TYPE,
-                   size: int = TABLE_SIZE) -> SoftmaxTables:
-    """Tables for a softmax over ``n`` elements of ``in_type``.
+                   size: int = TABLE_SIZE, in_scale: float = 1.0) -> SoftmaxTables:
+    """Tables for a softmax over ``n`` elements of ``in_type``, each unit of which is worth ``in_scale`` (an
+    integer code of a non-power-of-two quantizer: real value ``code * 2**-frac * in_scale``).
 
     ``d`` runs over ``[0, max_code - min_code]``, cut where ``exp(-d)`` rounds to 0 in ``exp_type`` (every
     larger d reads the last entry, which is then 0). The sum S of the n terms lies in ``[e0, n e0]``, e0 the
@@ -146,11 +147,11 @@ def softmax_tables(in_type: FixedType, n: int, exp_type: FixedType = EXP_TYPE, r
         raise TableError(f"softmax tables hold positive values: use ufixed types, got {exp_type} and {recip_type}")
     d_max = in_type.max_code - in_type.min_code
     # exp(-d) < 2**-(frac_e + 1) rounds to 0 in every mode but the ceiling ones; stop a little beyond.
-    cut = math.ceil(math.ldexp((exp_type.frac + 2) * math.log(2.0), in_type.frac))
+    cut = math.ceil(math.ldexp((exp_type.frac + 2) * math.log(2.0), in_type.frac) / in_scale)
     d_max = min(d_max, max(cut, 1))
     e_shift = _shift_for(d_max + 1, size)
     e_entries = (d_max >> e_shift) + 1
-    d_mid = _midpoints(0, e_shift, e_entries, in_type.frac)
+    d_mid = _midpoints(0, e_shift, e_entries, in_type.frac) * in_scale
     exp_codes = fixed.quantize(np.exp(-d_mid), exp_type).astype(np.int64)
     e0 = int(exp_codes[0])
     if e0 <= 0:

@@ -18,8 +18,9 @@ from typing import Optional
 import numpy as np
 import onnx
 
-from ..fixed import FixedType
+from ..fixed import FixedType, parse_type
 from ..ir import ArgMax, Clip, HardSigmoid, LeakyReLU, Softmax, Table, TensorSpec
+from ..tables import softmax_tables
 from .onnx_values import Act, Const, dyadic, holding_type
 
 __all__ = ["ACTIVATION_OPS", "TABLE_FUNCTIONS", "ActivationOps"]
@@ -34,6 +35,8 @@ ACTIVATION_OPS = {"LeakyRelu": "_leaky_relu", "PRelu": "_prelu", "Clip": "_clip"
 TABLE_FUNCTIONS = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Elu": "elu", "Softplus": "softplus"}
 #: float32's significand: a product of two numbers is exact in float32 when their significands fit in it.
 FLOAT32_BITS = 24
+#: A Softmax of a quantized tensor (outside --strict): [0, 1] at 2**-15, finer than any 8-bit output quantizer.
+SOFTMAX_TYPE = parse_type("ufixed<16,1,RND_CONV,SAT>")
 
 
 class ActivationOps:
@@ -109,7 +112,6 @@ class ActivationOps:
 
     # -- bounds ---------------------------------------------------------------------------------------------
     def _clip(self, n: onnx.NodeProto) -> None:
-        x, xs = self._activation_input(n)
         at = self._attrs(n)
         lo, hi = at.get("min"), at.get("max")  # opset < 11 keeps them as attributes
         if len(n.input) > 1 and n.input[1]:
@@ -118,6 +120,13 @@ class ActivationOps:
             hi = self._scalar(n.input[2], "Clip max")
         if lo is not None and hi is not None and lo > hi:
             raise self._fail(f"min {lo} is above max {hi}")
+        v = self._value(n.input[0])
+        if isinstance(v, Const):  # Brevitas' QCDQ export: QuantizeLinear -> Clip(-127, 127) -> DequantizeLinear
+            a = v.array
+            self.values[n.output[0]] = Const(np.clip(a, -np.inf if lo is None else lo, np.inf if hi is None else hi
+                                                     ).astype(a.dtype), v.elem)
+            return
+        x, xs = self._activation_input(n)
         self._emit_clip(n, x, xs, lo, hi)
 
     def _min_max(self, n: onnx.NodeProto) -> None:
@@ -142,7 +151,11 @@ class ActivationOps:
     def _emit_clip(self, n: onnx.NodeProto, x: Act, xs: TensorSpec, lo: Optional[float],
                    hi: Optional[float]) -> None:
         out = n.output[0]
-        if not xs.is_float:
+        scale = 1.0 if xs.is_float else self._tensor_scale(x.tensor)
+        if scale != 1.0:  # bounds on codes of a non-power-of-two grid: the nearest codes inside them
+            lo, hi = (None if b is None else b / scale for b in (lo, hi))
+            self.approximate = True
+        elif not xs.is_float:
             t = xs.dtype
             for name, b in (("min", lo), ("max", hi)):
                 code = None if b is None else b * 2.0 ** t.frac
@@ -220,8 +233,19 @@ class ActivationOps:
         x, xs = self._activation_input(n)
         default = -1 if self.opset >= 13 else 1  # opset < 13: coerced to 2-D from axis 1
         self._last_axis(n, xs, int(self._attrs(n).get("axis", default)), "Softmax")
-        self._float_only(xs, x, "Softmax (exp and reciprocal tables)")
         out = n.output[0]
+        if not xs.is_float and not self.options.strict:
+            # The source computes a float softmax of the dequantized values: tables built on those real values.
+            st = softmax_tables(xs.dtype, xs.shape[-1], in_scale=self._tensor_scale(x.tensor))
+            node = Softmax(self._name(), (x.tensor,), (out,), exp_table=st.exp_table, exp_type=st.exp_type,
+                           exp_shift=st.exp_shift, recip_table=st.recip_table, recip_type=st.recip_type,
+                           recip_lo=st.recip_lo, recip_shift=st.recip_shift)
+            self.values[out] = self._emit(node, TensorSpec(out, xs.shape, SOFTMAX_TYPE), exact=True)
+            self._note(f"Softmax of a quantized tensor: {len(st.exp_table)}-entry exp and {len(st.recip_table)}-"
+                       f"entry reciprocal tables, output {SOFTMAX_TYPE}")
+            self.approximate = True
+            return
+        self._float_only(xs, x, "Softmax (exp and reciprocal tables)")
         self.values[out] = self._emit(Softmax(self._name(), (x.tensor,), (out,)), TensorSpec(out, xs.shape, None))
 
     def _argmax(self, n: onnx.NodeProto) -> None:

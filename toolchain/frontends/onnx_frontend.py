@@ -24,15 +24,24 @@ quantizers, so each such intermediate gets the smallest fixed type that holds ev
 contain 0), and so does a MaxPool between them; data movement shares its input's type.
 Accumulator types are left to the precision pass.
 
-Anything that cannot be represented exactly (non-power-of-two scales, asymmetric zero points on
-activations, CEIL rounding of activations, ...) raises :class:`OnnxFrontendError`; nothing is approximated.
-The error lists every node that cannot be translated at once, each with its name, op type and reason.
+Quantizers whose scale is not a power of two (Brevitas' default float scales, onnxruntime's ``quantize_static``)
+have no fixed-point type; they become integer-only inference (``onnx_scales``: integer codes, a ScaleShift
+multiplier ``M0 * 2**-n`` per layer), as do asymmetric zero points (a Clip to the code range), float biases that
+are not on the accumulator's grid (the weights shifted to a finer grid, or the bias rounded with a note) and a
+Softmax of a quantized tensor (its tables built on the real input values). Those graphs are close to, not equal
+to, the source's float arithmetic: the compile's fidelity report measures the difference against the source run
+by onnxruntime (``graph.metadata["approximate"]``). With ``QuantOptions(strict=True)`` (``--strict``) all of them
+are refused, and everything the frontend translates is exact.
+
+Anything else that cannot be represented (CEIL rounding of activations, per-channel activation scales, ...)
+raises :class:`OnnxFrontendError`. The error lists every node that cannot be translated at once, each with its
+name, op type and reason.
 """
 from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional, Union
 
@@ -43,7 +52,13 @@ from onnx import TensorProto, numpy_helper
 from ..fixed import FixedType, Rounding, add_type
 from ..ir import (
     Add,
+    Clip,
+    Concat,
     Dense,
+    LeakyReLU,
+    Pool,
+    Reshape,
+    Transpose,
     Graph,
     IRError,
     Node,
@@ -56,8 +71,10 @@ from ..ir import (
 from .onnx_activations import ACTIVATION_OPS, ActivationOps
 from .onnx_layers import LAYER_OPS, LayerOps
 from .onnx_patterns import PATTERNS, Fused, constant_arrays, find_fused
+from .onnx_scales import QuantOptions, ScaleOps, is_pow2
 from .onnx_shapes import SHAPE_OPS, ShapeOps
 from .onnx_values import (
+    Acc,
     Act,
     Codes,
     Const,
@@ -70,8 +87,8 @@ from .onnx_values import (
 )
 from .recurrent import ONNX_RECURRENT, recurrent_message
 
-__all__ = ["OnnxFrontendError", "load_onnx", "from_onnx_model", "SUPPORTED_OPS", "SUPPORTED_PATTERNS",
-           "QONNX_DOMAINS"]
+__all__ = ["OnnxFrontendError", "QuantOptions", "load_onnx", "from_onnx_model", "SUPPORTED_OPS",
+           "SUPPORTED_PATTERNS", "QONNX_DOMAINS"]
 
 #: Domains under which QONNX ``Quant`` nodes appear (current qonnx, FINN, and older Brevitas exports).
 QONNX_DOMAINS = ("qonnx.custom_op.general", "finn.custom_op.general", "onnx.brevitas")
@@ -108,6 +125,9 @@ QONNX_ROUNDING = {
 }
 #: Modes with no ap_fixed equivalent: fine on constants (evaluated here), not on activations.
 QONNX_ROUNDING_CONST_ONLY = ("CEIL", "UP")
+#: Ops whose output is on its input's grid: a non-power-of-two scale passes through them unchanged (max, moves,
+#: a code-wise clip or slope), and Concat's inputs must share one.
+SCALE_KEEPING = (ReLU, Pool, Reshape, Transpose, Concat, LeakyReLU, Clip)
 
 
 @dataclass(frozen=True)
@@ -120,11 +140,13 @@ class _Grid:
     lo: int
     hi: int
     rounding: Optional[Rounding]  # None: a mode that only constants may use
+    #: A scale that is not a power of two (``frac`` is then 0): real = codes * scale, per element.
+    scale: Optional[np.ndarray] = None
 
 
 # -- public entry points --------------------------------------------------------------------------------
 
-def load_onnx(path: Union[str, os.PathLike]) -> Graph:
+def load_onnx(path: Union[str, os.PathLike], options: Optional[QuantOptions] = None) -> Graph:
     """Read an ONNX file (float, QDQ or QONNX) and translate it into a validated bitforge graph."""
     p = Path(path)
     if not p.is_file():
@@ -135,21 +157,35 @@ def load_onnx(path: Union[str, os.PathLike]) -> Graph:
     except Exception as e:  # protobuf DecodeError, missing external data, ...
         raise OnnxFrontendError(f"{p}: cannot be read as an ONNX model ({type(e).__name__}: {e}); the file is "
                                 "truncated, corrupt or not ONNX: export it again") from None
-    return from_onnx_model(model, str(p))
+    return from_onnx_model(model, str(p), options)
 
 
-def from_onnx_model(model: onnx.ModelProto, source: str = "<onnx model>") -> Graph:
-    """Translate an in-memory ONNX model; ``source`` names it in error messages and the graph metadata."""
+def from_onnx_model(model: onnx.ModelProto, source: str = "<onnx model>",
+                    options: Optional[QuantOptions] = None) -> Graph:
+    """Translate an in-memory ONNX model; ``source`` names it in error messages and the graph metadata.
+
+    The metadata also says what was approximated: ``approximate`` (True when the graph is not the source's exact
+    arithmetic), ``frontend_warnings`` (each rounding, with its size), ``tensor_scales`` (the real value of one
+    unit of each integer-code tensor)."""
     if not isinstance(model, onnx.ModelProto):
         raise OnnxFrontendError(f"{source}: expected an onnx.ModelProto, found {type(model).__name__}")
     model = _with_qonnx_opset_imports(model)
     _check_model(model, source)
     opsets = _check_opsets(model, source)
-    graph = _Translator(model, source, opsets["ai.onnx"]).run()
+    t = _Translator(model, source, opsets["ai.onnx"], options or QuantOptions())
+    graph = t.run()
     graph.metadata.update({
         "frontend": "onnx", "source": source, "opsets": opsets,
         "producer": f"{model.producer_name} {model.producer_version}".strip(),
     })
+    if t.approximate:
+        graph.metadata["approximate"] = True
+        graph.metadata["multiplier_bits"] = t.options.multiplier_bits
+    if t.notes:
+        graph.metadata["frontend_warnings"] = list(t.notes)
+    scales = {k: v for k, v in t.scales.items() if k in graph.tensors}
+    if scales:
+        graph.metadata["tensor_scales"] = dict(sorted(scales.items()))
     try:
         return validate(graph)
     except IRError as e:
@@ -240,13 +276,19 @@ def _round_qonnx(v: np.ndarray, mode: str) -> np.ndarray:
 
 # -- the translator -----------------------------------------------------------------------------------------
 
-class _Translator(LayerOps, ActivationOps, ShapeOps):
+class _Translator(LayerOps, ActivationOps, ShapeOps, ScaleOps):
     """Walks the (topologically sorted) ONNX nodes once, mapping each ONNX tensor name to a :data:`Value`. The op
     families (``onnx_layers``, ``onnx_activations``, ``onnx_shapes``) are mixed in; this class holds the walk, the
     lookups, the emitter, the quantizers and the Dense family."""
 
-    def __init__(self, model: onnx.ModelProto, source: str, opset: int):
+    def __init__(self, model: onnx.ModelProto, source: str, opset: int, options: QuantOptions):
         self.model = model
+        self.options = options
+        #: IR tensor -> the real value of one unit of its fixed value (only where that is not 1: ``onnx_scales``).
+        self.scales: dict[str, float] = {}
+        #: The approximations made, for the compile report; whether there were any (or any other inexact step).
+        self.notes: list[str] = []
+        self.approximate = False
         self.g = model.graph
         self.source = source
         self.opset = opset
@@ -436,7 +478,14 @@ class _Translator(LayerOps, ActivationOps, ShapeOps):
         if isinstance(v, Codes):
             raise self._fail(f"input '{name}' is the integer output of a QuantizeLinear; only DequantizeLinear "
                              "may consume it (integer-domain ops such as QLinearMatMul are not supported)")
+        if isinstance(v, Acc):  # an op that needs real numbers: the accumulator becomes them here, once
+            return self._real(name, v)
         return v
+
+    def _value_or_acc(self, name: str) -> Value:
+        """For the ops that keep an accumulator pending (bias Add, Relu, MaxPool, quantizers)."""
+        v = self.values.get(name)
+        return v if isinstance(v, Acc) else self._value(name)
 
     def _const(self, name: str, what: str) -> Const:
         v = self.values.get(name)
@@ -465,6 +514,13 @@ class _Translator(LayerOps, ActivationOps, ShapeOps):
         return name
 
     def _emit(self, node: Node, out: TensorSpec, exact: bool = False) -> Act:
+        if not out.is_float:
+            scales = {self._tensor_scale(i) for i in node.inputs}
+            if isinstance(node, SCALE_KEEPING) and node.inputs and len(scales) == 1:
+                self._set_scale(out.name, scales.pop())
+            elif isinstance(node, SCALE_KEEPING) and node.inputs:
+                raise self._fail(f"joins tensors of different quantizer scales {sorted(scales)}; expected one scale "
+                                 "(requantize the inputs to one quantizer before joining them)")
         self.nodes.append(node)
         self.tensors[out.name] = out
         if exact:
@@ -498,8 +554,10 @@ class _Translator(LayerOps, ActivationOps, ShapeOps):
             n.inputs = tuple(new if t == old else t for t in n.inputs)
             n.outputs = tuple(new if t == old else t for t in n.outputs)
         for v in self.values.values():
-            if isinstance(v, (Act, Codes)) and v.tensor == old:
+            if isinstance(v, (Act, Codes, Acc)) and v.tensor == old:
                 v.tensor = new
+        if old in self.scales:
+            self.scales[new] = self.scales.pop(old)
         if old in self.retypable:
             self.retypable.discard(old)
             self.retypable.add(new)
@@ -517,7 +575,10 @@ class _Translator(LayerOps, ActivationOps, ShapeOps):
 
     # -- arithmetic --------------------------------------------------------------------------------
     def _relu(self, n: onnx.NodeProto) -> None:
-        v = self._value(n.input[0])
+        v = self._value_or_acc(n.input[0])
+        if isinstance(v, Acc):  # applied after the requantize ScaleShift (onnx_scales)
+            self.values[n.output[0]] = replace(v, relu=True)
+            return
         if not isinstance(v, Act):
             raise self._fail("Relu of a constant is not supported; fold it before export")
         spec = self._spec(v)
@@ -528,6 +589,15 @@ class _Translator(LayerOps, ActivationOps, ShapeOps):
             self._link(out.name, v.tensor, required=False)
 
     def _add(self, n: onnx.NodeProto) -> None:
+        accs = [i for i in n.input[:2] if isinstance(self.values.get(i), Acc)]
+        if len(accs) == 1:
+            other = n.input[1] if accs[0] == n.input[0] else n.input[0]
+            acc, const = self.values[accs[0]], self.values.get(other)
+            if isinstance(const, (Const, QConst)) and not acc.relu and self.uses[accs[0]] == 1:
+                vec = self._bias_vector(const, self.tensors[acc.tensor].shape[0])
+                real = vec.array.astype(np.float64) if isinstance(vec, Const) else vec.real()
+                self.values[n.output[0]] = replace(acc, bias=real if acc.bias is None else acc.bias + real)
+                return
         a, b = self._value(n.input[0]), self._value(n.input[1])
         if isinstance(a, Act) and isinstance(b, Act):
             self.values[n.output[0]] = self._add_tensors(a, b, n.output[0])
@@ -555,7 +625,13 @@ class _Translator(LayerOps, ActivationOps, ShapeOps):
             raise self._fail(f"adds a float tensor to a quantized one ('{a.tensor}' is {sa.type_str()}, "
                              f"'{b.tensor}' is {sb.type_str()}); quantize both operands (or neither)")
         dtype = None if sa.is_float else add_type(sa.dtype, sb.dtype)
+        if dtype is not None and self._tensor_scale(a.tensor) != self._tensor_scale(b.tensor):
+            raise self._fail(f"adds tensors of different quantizer scales ({self._tensor_scale(a.tensor)!r} and "
+                             f"{self._tensor_scale(b.tensor)!r}); bitforge adds codes of one scale only: quantize "
+                             "both operands with the same quantizer (Brevitas: a shared QuantIdentity) or with "
+                             "power-of-two scales")
         out = TensorSpec(out_name, sa.shape, dtype)
+        self._set_scale(out_name, self._tensor_scale(a.tensor))
         return self._emit(Add(self._name(), (a.tensor, b.tensor), (out_name,)), out, exact=dtype is not None)
 
     def _gemm(self, n: onnx.NodeProto) -> None:
@@ -586,7 +662,9 @@ class _Translator(LayerOps, ActivationOps, ShapeOps):
         arr = w.array if isinstance(w, Const) else w.codes
         if arr.ndim != 2:
             raise self._fail(f"weight must be a 2-D matrix, found shape {arr.shape}")
-        return Const(arr.T.copy(), w.elem) if isinstance(w, Const) else QConst(arr.T.copy(), w.dtype)
+        if isinstance(w, Const):
+            return Const(arr.T.copy(), w.elem)
+        return QConst(arr.T.copy(), w.dtype, None if w.scale is None else np.broadcast_to(w.scale, arr.shape).T.copy())
 
     def _dense(self, n: onnx.NodeProto, x: Act, w: Union[Const, QConst], bias, alpha: float,
                beta: float) -> None:
@@ -612,6 +690,10 @@ class _Translator(LayerOps, ActivationOps, ShapeOps):
             if alpha != 1.0 or beta != 1.0:
                 raise self._fail(f"alpha={alpha}, beta={beta} on quantized operands: expected 1.0; scale the "
                                  "weights/bias in the model instead")
+            if w.scale is not None or self._tensor_scale(x.tensor) != 1.0:
+                self._scaled_layer(x, w, bias, out_name, lambda name, codes: Dense(
+                    self._name(), (x.tensor,), (name,), weight=codes, weight_type=w.dtype), (arr.shape[0],))
+                return
             node = Dense(self._name(), (x.tensor,), (out_name,), weight=w.codes.astype(np.int64),
                          weight_type=w.dtype)
             self.nodes.append(node)
@@ -634,7 +716,8 @@ class _Translator(LayerOps, ActivationOps, ShapeOps):
                 node.bias = (self._float_weights(bias, "bias") * np.float32(beta)).astype(np.float32)
             return
         if bias is not None:
-            node.bias, node.bias_type = self._fixed_bias(bias, xs.dtype.frac + node.weight_type.frac)
+            node.bias, node.bias_type, k = self._fixed_bias(bias, xs.dtype.frac + node.weight_type.frac)
+            self._shift_weights(node, k)
         dtype = dense_output_type(xs.dtype, node.weight, node.weight_type, node.bias, node.bias_type)
         self.tensors[node.output] = TensorSpec(node.output, (node.out_features,), dtype)
 
@@ -644,18 +727,56 @@ class _Translator(LayerOps, ActivationOps, ShapeOps):
         if arr.size not in (1, n_out) or (arr.size == n_out and arr.shape[-1:] != (n_out,)) or arr.ndim > 2:
             raise self._fail(f"bias shape mismatch: expected ({n_out},) (or broadcastable to it), found {arr.shape}")
         vec = np.broadcast_to(arr.reshape(-1), (n_out,)).copy()
-        return Const(vec, bias.elem) if isinstance(bias, Const) else QConst(vec, bias.dtype)
+        if isinstance(bias, Const):
+            return Const(vec, bias.elem)
+        scale = None if bias.scale is None else np.broadcast_to(bias.scale.reshape(-1), (n_out,)).copy()
+        return QConst(vec, bias.dtype, scale)
 
-    def _fixed_bias(self, bias: Union[Const, QConst], accum_frac: int) -> tuple[np.ndarray, FixedType]:
-        """A bias must sit on the accumulator's grid 2**-(frac(x)+frac(W)) or coarser, exactly."""
+    def _scaled_layer(self, x: Act, w: QConst, bias, out_name: str, make, channel_shape: tuple[int, ...],
+                      spec_shape: Optional[tuple[int, ...]] = None) -> None:
+        """A Dense or Conv whose input or weights have a non-power-of-two scale: ``make(name, codes)`` on the codes
+        without the bias, its exact output an accumulator the next quantizer requantizes (``onnx_scales``)."""
+        xs = self._spec(x)
+        c_out = channel_shape[0]
+        codes = w.codes.astype(np.int64)
+        scale = np.ones(codes.shape) if w.scale is None else np.broadcast_to(w.scale, codes.shape)
+        rows = scale.reshape(c_out, -1)
+        if np.any(rows != rows[:, :1]):
+            raise self._fail("the weight scale varies within an output channel; expected per-tensor or per-output-"
+                             "channel weight scales")
+        acc_name = f"{out_name}_acc"
+        dtype = dense_output_type(xs.dtype, codes.reshape(c_out, -1), w.dtype, None, None)
+        self._emit(make(acc_name, codes), TensorSpec(acc_name, spec_shape or channel_shape, dtype))
+        real_bias = None
+        if bias is not None:
+            vec = self._bias_vector(bias, c_out)
+            real_bias = vec.array.astype(np.float64) if isinstance(vec, Const) else vec.real()
+        step = self._tensor_scale(x.tensor) * rows[:, 0].astype(np.float64)
+        self.values[out_name] = Acc(acc_name, step, real_bias)
+        self.approximate = True
+
+    def _shift_weights(self, node, k: int) -> None:
+        """Weight codes k bits finer (times 2**k, frac + k): the same real weights on the grid a float bias needs."""
+        if k:
+            t = node.weight_type
+            node.weight = node.weight.astype(np.int64) << k
+            node.weight_type = FixedType(t.width + k, t.integer, t.signed, t.rounding, t.overflow)
+
+    def _fixed_bias(self, bias: Union[Const, QConst], accum_frac: int) -> tuple[np.ndarray, FixedType, int]:
+        """A bias must sit on the accumulator's grid 2**-(frac(x)+frac(W)) or coarser, exactly; outside
+        ``--strict`` a float bias that does not takes the weights k bits finer (the third value) or is rounded."""
+        if isinstance(bias, QConst) and bias.scale is not None and not self.options.strict:
+            return self._float_bias_codes(bias.real(), accum_frac)
         if isinstance(bias, QConst):
             if bias.dtype.frac > accum_frac:
                 raise self._fail(f"bias type {bias.dtype} has {bias.dtype.frac} fractional bits, finer than the "
                                  f"accumulator's {accum_frac} (frac(x) + frac(W)); quantize the bias with scale "
                                  f"2**-{accum_frac} = scale(x) * scale(W)")
-            return bias.codes.astype(np.int64), bias.dtype
+            return bias.codes.astype(np.int64), bias.dtype, 0
         real = bias.array.astype(np.float64)
         codes = np.ldexp(real, accum_frac)
+        if np.any(codes != np.round(codes)) and not self.options.strict:
+            return self._float_bias_codes(real, accum_frac)
         if np.any(codes != np.round(codes)):
             i = int(np.argmax(codes != np.round(codes)))
             raise self._fail(
@@ -663,13 +784,15 @@ class _Translator(LayerOps, ActivationOps, ShapeOps):
                 "accumulator (scale(x) * scale(W)); it cannot be added exactly. Quantize the bias in the model "
                 f"(Brevitas Int32Bias / QONNX Quant or int32 DequantizeLinear with scale 2**-{accum_frac})")
         q = codes.astype(np.int64)
-        return q, holding_type(int(q.min(initial=0)), int(q.max(initial=0)), accum_frac, Rounding.RND_CONV)
+        return q, holding_type(int(q.min(initial=0)), int(q.max(initial=0)), accum_frac, Rounding.RND_CONV), 0
 
     def _float_weights(self, w: Union[Const, QConst], what: str) -> np.ndarray:
         if isinstance(w, Const):
             if w.array.dtype.kind not in "fiu":
                 raise self._fail(f"{what} has unsupported dtype {w.array.dtype}")
             return w.array.astype(np.float32)
+        if w.scale is not None:  # as onnxruntime dequantizes: float32 codes times the float32 scale
+            return (w.codes.astype(np.float32) * np.asarray(w.scale, dtype=np.float32)).astype(np.float32)
         real = w.real()
         f32 = real.astype(np.float32)
         if np.any(f32.astype(np.float64) != real):
@@ -701,7 +824,22 @@ class _Translator(LayerOps, ActivationOps, ShapeOps):
         """The grid of a Q/DQ node, broadcast to a constant's ``shape`` (``None``: an activation)."""
         s, z = self._per_axis(scale, zp, shape, int(self._attrs(n).get("axis", 1)))
         lo, hi = INT_RANGES[elem]
-        return _Grid(_pow2_fracs(s, self._where()), z, lo, hi, Rounding.RND_CONV)
+        return self._grid(s, z, lo, hi, Rounding.RND_CONV)
+
+    def _grid(self, scale: np.ndarray, zp: np.ndarray, lo: int, hi: int, rounding: Optional[Rounding]) -> _Grid:
+        """A power-of-two scale is a binary point; any other is kept beside integer codes (refused when strict)."""
+        s = np.asarray(scale, dtype=np.float64)
+        if self.options.strict or not np.all(np.isfinite(s)) or np.any(s <= 0) or is_pow2(s):
+            return _Grid(_pow2_fracs(s, self._where()), zp, lo, hi, rounding)
+        return _Grid(np.zeros(s.shape, np.int64), zp, lo, hi, rounding, scale=s)
+
+    @staticmethod
+    def _divided(x: np.ndarray, g: _Grid) -> np.ndarray:
+        """``x / scale`` as the source computes it: an exact shift for 2**-F, else a float32 division (as
+        onnxruntime and the QONNX reference do)."""
+        if g.scale is None:
+            return np.ldexp(x.astype(np.float64), g.frac)
+        return (x.astype(np.float32) / g.scale.astype(np.float32)).astype(np.float64)
 
     def _per_axis(self, scale: np.ndarray, zp: np.ndarray, shape, axis: int) -> tuple[np.ndarray, np.ndarray]:
         if scale.size == 1:
@@ -720,19 +858,29 @@ class _Translator(LayerOps, ActivationOps, ShapeOps):
         return np.broadcast_to(scale.reshape(view), shape), np.broadcast_to(z, shape)
 
     def _quantize_linear(self, n: onnx.NodeProto) -> None:
-        v = self._value(n.input[0])
+        v = self._value_or_acc(n.input[0])
         scale, zp, elem = self._qdq_params(n)
         if isinstance(v, QConst):
             raise self._fail("QuantizeLinear of an already dequantized constant is not supported")
         if isinstance(v, Const):
             g = self._qdq_grid(n, elem, scale, zp, v.array.shape)
             # ONNX: saturate(round_half_even(x / scale) + zero_point); x / 2**-F is exact.
-            q = np.rint(np.ldexp(v.array.astype(np.float64), g.frac)) + g.zero_point
+            q = np.rint(self._divided(v.array, g)) + g.zero_point
             self.values[n.output[0]] = Const(np.clip(q, g.lo, g.hi).astype(np.int64), elem)
             return
-        dtype = self._activation_type(self._qdq_grid(n, elem, scale, zp, None))
-        tensor = self._quantize_activation(n.input[0], v, dtype, n.output[0])
+        g = self._qdq_grid(n, elem, scale, zp, None)
+        if self.options.strict:
+            tensor = self._quantize_activation(n.input[0], v, self._activation_type(g), n.output[0])
+        else:
+            tensor = self._quantize_grid(n.input[0], g, n.output[0])
         self.values[n.output[0]] = Codes(tensor, scale, zp, elem)
+
+    def _quantize_grid(self, onnx_name: str, g: _Grid, out: str) -> str:
+        """An activation onto a quantizer's grid, whatever its scale (``onnx_scales``)."""
+        zp = int(g.zero_point)
+        s_out = 1.0 if g.scale is None else float(g.scale)
+        return self._quantize_to(onnx_name, self._value_or_acc(onnx_name), s_out, int(g.frac), g.lo - zp,
+                                 g.hi - zp, g.rounding, out)
 
     def _dequantize_linear(self, n: onnx.NodeProto) -> None:
         v = self.values.get(n.input[0])
@@ -765,7 +913,7 @@ class _Translator(LayerOps, ActivationOps, ShapeOps):
             raise self._fail(f"rounding_mode '{mode}' is unknown; expected one of "
                              f"{', '.join(sorted((*QONNX_ROUNDING, *QONNX_ROUNDING_CONST_ONLY)))}")
         lo, hi = self._quant_range(n)
-        x = self._value(n.input[0])
+        x = self._value_or_acc(n.input[0])
         scale = self._const(n.input[1], "scale").array
         zeropt = _integral(self._const(n.input[2], "zeropt").array, self._where(), "zeropt")
         if isinstance(x, QConst):
@@ -780,9 +928,12 @@ class _Translator(LayerOps, ActivationOps, ShapeOps):
             raise self._fail(f"rounding_mode '{mode}' on an activation has no fixed-point (ap_fixed) rounding "
                              f"equivalent; supported on activations: {', '.join(sorted(QONNX_ROUNDING))}. "
                              "Retrain with ROUND (or FLOOR)")
-        g = _Grid(_pow2_fracs(scale.reshape(()), self._where()), zeropt.reshape(()), lo, hi, QONNX_ROUNDING[mode])
-        dtype = self._activation_type(g)
-        self.values[n.output[0]] = Act(self._quantize_activation(n.input[0], x, dtype, n.output[0]))
+        g = self._grid(scale.reshape(()), zeropt.reshape(()), lo, hi, QONNX_ROUNDING[mode])
+        if self.options.strict:
+            self.values[n.output[0]] = Act(self._quantize_activation(n.input[0], x, self._activation_type(g),
+                                                                     n.output[0]))
+        else:
+            self.values[n.output[0]] = Act(self._quantize_grid(n.input[0], g, n.output[0]))
 
     def _quant_range(self, n: onnx.NodeProto) -> tuple[int, int]:
         """[min_int, max_int] of a Quant node (QONNX spec): narrow drops the most negative signed code, or
@@ -808,8 +959,8 @@ class _Translator(LayerOps, ActivationOps, ShapeOps):
         except ValueError:
             raise self._fail(f"scale {scale.shape} / zeropt {zeropt.shape} do not broadcast to the quantized "
                              f"tensor's shape {x.shape}") from None
-        g = _Grid(_pow2_fracs(s_full, self._where()), z_full, lo, hi, QONNX_ROUNDING.get(mode))
-        v = np.ldexp(x.astype(np.float64), g.frac) + z_full  # x / 2**-F: exact
+        g = self._grid(s_full, z_full, lo, hi, QONNX_ROUNDING.get(mode))
+        v = self._divided(x, g) + z_full  # x / 2**-F: exact
         # The spec clamps before rounding; with integer bounds and a monotone rounding the order is immaterial.
         return self._quantized_constant(_round_qonnx(np.clip(v, lo, hi), mode).astype(np.int64), g)
 
@@ -840,6 +991,11 @@ class _Translator(LayerOps, ActivationOps, ShapeOps):
         """Codes on per-element grids -> one type: every element moved onto the finest grid (exact shifts)."""
         frac = np.broadcast_to(g.frac, q.shape)
         zp = np.broadcast_to(g.zero_point, q.shape)
+        if g.scale is not None:  # codes less the zero point, each worth its scale
+            codes = (q - zp).astype(np.int64)
+            lo, hi = int(np.min(g.lo - zp, initial=0)), int(np.max(g.hi - zp, initial=0))
+            return QConst(codes, holding_type(lo, hi, 0, g.rounding or Rounding.TRN),
+                          np.broadcast_to(g.scale, q.shape).astype(np.float64))
         top = int(frac.max(initial=0)) if q.size else 0
         shift = (top - frac).astype(np.int64)
         if int(shift.max(initial=0)) > 30:
@@ -859,6 +1015,8 @@ class _Translator(LayerOps, ActivationOps, ShapeOps):
         for o in self.g.output:
             v = self.values.get(o.name)
             where = f"{self.source}: graph output '{o.name}'"
+            if isinstance(v, Acc):
+                v = self._real(o.name, v)
             if not isinstance(v, (Act, Codes)):
                 raise OnnxFrontendError(f"{where}: is {'a constant' if v is not None else 'never produced'}; "
                                         "expected a tensor computed from the graph input")
@@ -870,7 +1028,11 @@ class _Translator(LayerOps, ActivationOps, ShapeOps):
             if v.tensor in outs:
                 raise OnnxFrontendError(f"{where}: is the same tensor as output '{v.tensor}'; expected distinct "
                                         "outputs")
-            if v.tensor != o.name:
+            if self._tensor_scale(v.tensor) != 1.0:  # codes of a non-power-of-two grid: their real values
+                if v.tensor == o.name:
+                    self._rename(v.tensor, f"{o.name}_codes")
+                self._rescale_real(v.tensor, o.name)
+            elif v.tensor != o.name:
                 self._rename(v.tensor, o.name)
             outs.append(o.name)
         return outs

@@ -15,6 +15,7 @@ where ONNX Runtime computes a float mean, so it is refused rather than approxima
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Optional
 
 import numpy as np
@@ -24,7 +25,7 @@ from ..emulate import pool_divisors
 from ..fixed import FixedType
 from ..ir import Conv, Pool, ScaleShift, TensorSpec
 from ..windows import output_spatial
-from .onnx_values import Act, Const, QConst, dense_output_type
+from .onnx_values import Acc, Act, Const, QConst, dense_output_type
 
 __all__ = ["LAYER_OPS", "LayerOps", "explicit_pads"]
 
@@ -134,10 +135,18 @@ class LayerOps:
         if not isinstance(w, QConst):
             raise self._fail(f"input '{x.tensor}' is quantized ({xs.type_str()}) but the weight is float; quantize "
                              "the weight too (DequantizeLinear or Quant on the initializer)")
+        if w.scale is not None or self._tensor_scale(x.tensor) != 1.0:
+            self._scaled_layer(x, w, bias, out_name, lambda name, codes: Conv(
+                self._name(), (x.tensor,), (name,), weight=codes, weight_type=w.dtype, **geometry), (c_out,),
+                (c_out, *out_sp))
+            return
         codes = w.codes.astype(np.int64)
-        b_codes, b_type = (None, None) if bias is None else self._fixed_bias(bias, xs.dtype.frac + w.dtype.frac)
-        dtype = dense_output_type(xs.dtype, codes.reshape(c_out, -1), w.dtype, b_codes, b_type)
-        node = Conv(self._name(), (x.tensor,), (out_name,), weight=codes, bias=b_codes, weight_type=w.dtype,
+        b_codes, b_type, k = (None, None, 0) if bias is None else self._fixed_bias(bias, xs.dtype.frac + w.dtype.frac)
+        wt = w.dtype if not k else FixedType(w.dtype.width + k, w.dtype.integer, w.dtype.signed, w.dtype.rounding,
+                                             w.dtype.overflow)
+        codes = codes << k  # k > 0: a float bias needs a finer accumulator grid (onnx_scales)
+        dtype = dense_output_type(xs.dtype, codes.reshape(c_out, -1), wt, b_codes, b_type)
+        node = Conv(self._name(), (x.tensor,), (out_name,), weight=codes, bias=b_codes, weight_type=wt,
                     bias_type=b_type, **geometry)
         self.values[out_name] = self._emit(node, TensorSpec(out_name, (c_out, *out_sp), dtype), exact=True)
 
@@ -187,7 +196,10 @@ class LayerOps:
 
     def _pool(self, n: onnx.NodeProto, mode: str) -> None:
         at = self._attrs(n)
-        x = self._act_input(n, f"{n.op_type}")
+        pending = self.values.get(n.input[0])
+        # A max commutes with a pending requantize (per channel increasing): pool the accumulator itself.
+        acc = pending if mode == "max" and isinstance(pending, Acc) else None
+        x = Act(acc.tensor) if acc is not None else self._act_input(n, f"{n.op_type}")
         if "kernel_shape" not in at:
             raise self._fail("kernel_shape is missing")
         kernel = tuple(int(k) for k in at["kernel_shape"])
@@ -204,6 +216,12 @@ class LayerOps:
             raise self._fail(f"pads {list(padding)} must be smaller than the kernel {list(kernel)} (a window of "
                              "padding alone has no value)")
         count_pad = bool(at.get("count_include_pad", 0)) if mode == "avg" else False
+        if acc is not None:
+            out = f"{n.output[0]}_acc"
+            node = Pool(self._name(), (x.tensor,), (out,), mode=mode, kernel=kernel, stride=stride, padding=padding)
+            self._emit(node, TensorSpec(out, (xs.shape[0], *out_sp), xs.dtype))
+            self.values[n.output[0]] = replace(acc, tensor=out)
+            return
         self._emit_pool(n, x, xs, mode, kernel, stride, padding, count_pad, out_sp)
 
     def _global_pool(self, n: onnx.NodeProto) -> None:

@@ -35,7 +35,12 @@ def _array_of(v: Union[Const, QConst]) -> np.ndarray:
 
 
 def _like(v: Union[Const, QConst], arr: np.ndarray) -> Union[Const, QConst]:
-    return Const(arr, v.elem) if isinstance(v, Const) else QConst(arr, v.dtype)
+    if isinstance(v, Const):
+        return Const(arr, v.elem)
+    if v.scale is not None and np.any(v.scale != v.scale.flat[0]):
+        raise ValueError("moving a constant with per-channel non-power-of-two scales is not supported; quantize "
+                         "the weight after reshaping it")
+    return QConst(arr, v.dtype, None if v.scale is None else np.full(arr.shape, v.scale.flat[0]))
 
 
 class ShapeOps:

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import BitforgeError
 from ..fixed import FixedType, Overflow, Rounding
 
-__all__ = ["OnnxFrontendError", "Const", "QConst", "Act", "Codes", "ShapeVec", "Value", "holding_type",
+__all__ = ["OnnxFrontendError", "Const", "QConst", "Act", "Acc", "Codes", "ShapeVec", "Value", "holding_type",
            "range_type", "dense_output_type", "dyadic"]
 
 
@@ -36,13 +36,16 @@ class Const:
 
 @dataclass
 class QConst:
-    """A quantized constant, exactly ``codes * 2**-dtype.frac``."""
+    """A quantized constant, exactly ``codes * 2**-dtype.frac``, times ``scale`` (broadcast to the codes' shape)
+    when its quantizer's scale is not a power of two."""
 
     codes: np.ndarray
     dtype: FixedType
+    scale: Optional[np.ndarray] = None
 
     def real(self) -> np.ndarray:
-        return np.ldexp(self.codes.astype(np.float64), -self.dtype.frac)
+        r = np.ldexp(self.codes.astype(np.float64), -self.dtype.frac)
+        return r if self.scale is None else r * self.scale
 
 
 @dataclass
@@ -50,6 +53,18 @@ class Act:
     """A per-sample tensor of the IR (name of the IR tensor)."""
 
     tensor: str
+
+
+@dataclass
+class Acc:
+    """An exact integer accumulator not yet requantized (a Dense/Conv with non-power-of-two scales): its real
+    value is ``relu?(value(tensor) * scale[c] + bias[c])`` per channel (axis 0). The next quantizer turns it into
+    one ScaleShift onto its grid (the gemmlowp requantize); anything else first turns it into real numbers."""
+
+    tensor: str
+    scale: np.ndarray
+    bias: Optional[np.ndarray] = None
+    relu: bool = False
 
 
 @dataclass
@@ -72,7 +87,7 @@ class ShapeVec:
     scalar: bool = False
 
 
-Value = Union[Const, QConst, Act, Codes, ShapeVec]
+Value = Union[Const, QConst, Act, Acc, Codes, ShapeVec]
 
 
 def range_type(lo: int, hi: int, frac: int, rounding: Rounding) -> Optional[FixedType]:

@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 import numpy as np
 
@@ -72,14 +72,24 @@ class FidelityError(BitforgeError):
 
 @dataclass(frozen=True)
 class Reference:
-    """The float graph the fixed model is measured against, and what it is."""
+    """The float graph the fixed model is measured against, and what it is. With ``runner`` (kind "source": an
+    approximated quantized export, :mod:`.source_reference`) the source model itself is executed and ``graph`` only
+    names its inputs, outputs and tensor shapes."""
 
     graph: Graph
-    kind: str  # "float" (the frontend's float graph) or "dequantized"
+    kind: str  # "float" (the frontend's float graph), "dequantized" or "source"
+    runner: Optional[Callable[[dict], dict]] = None
+
+    def run(self, real: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Every tensor of the reference on the real inputs ``real``."""
+        return self.runner(real) if self.runner is not None else emulate.run(self.graph, real, keep=True)
 
     def describe(self) -> str:
         if self.kind == "float":
             return "the float graph the frontend produced, before quantization"
+        if self.kind == "source":
+            return ("the source ONNX model run by onnxruntime (graph optimizations off, so Q/DQ keep their float "
+                    "semantics; QONNX Quant nodes expanded into their float definition), float32")
         return ("the source's quantized graph dequantized: its codes' exact real values as float32 weights, "
                 "every Quantize/Requantize dropped, run in float32")
 
@@ -347,6 +357,18 @@ def _overflow_count(g: Graph, n: Node, env: Mapping[str, np.ndarray], out: str) 
     return int(((exact < t.sat_min_code) | (exact > t.max_code)).sum())
 
 
+def real_values(g: Graph, env: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every tensor's real values: codes times the LSB, times the tensor's quantizer scale where a non-power-of-two
+    quantizer left one (``metadata["tensor_scales"]``, docs/quantized-models.md)."""
+    scales = g.metadata.get("tensor_scales", {})
+    out = {}
+    for k, v in env.items():
+        t = g.tensors[k].dtype
+        r = fixed.to_float(v, t) if t is not None else np.asarray(v, dtype=np.float64)
+        out[k] = r * scales[k] if k in scales else r
+    return out
+
+
 def measure(fixed_g: Graph, ref: Reference, batch: Batch) -> SetResult:
     """Both models over ``batch``, in slices that bound memory; returns the set's measures."""
     mapping = tensor_map(fixed_g, ref.graph)
@@ -359,9 +381,8 @@ def measure(fixed_g: Graph, ref: Reference, batch: Batch) -> SetResult:
     for start in range(0, batch.rows, step):
         part = batch.take(slice(start, start + step))
         env = emulate.run(fixed_g, part.fixed, keep=True)
-        ref_env = emulate.run(ref.graph, part.real, keep=True)
-        real = {k: (fixed.to_float(v, fixed_g.tensors[k].dtype) if fixed_g.tensors[k].dtype is not None
-                    else np.asarray(v, dtype=np.float64)) for k, v in env.items()}
+        ref_env = ref.run(part.real)
+        real = real_values(fixed_g, env)
         for n in fixed_g.nodes:
             for o in n.outputs:
                 layer = by_tensor[o]
@@ -449,16 +470,17 @@ def plot_rows(layers: list[LayerProfile]):
 
 
 def write_fidelity(folder: Path, source: Graph, g: Graph, vectors: int, seed: int,
-                   calibration: Optional[np.ndarray] = None, trace: int = 0) -> dict:
-    """Measure ``g`` (compiled, fixed point) against ``source`` (the frontend's graph) on the verification vectors
-    and ``calibration``; write ``fidelity.png`` (and ``trace.npz`` for ``trace`` > 0) into ``folder``; return the
-    report.json section."""
+                   calibration: Optional[np.ndarray] = None, trace: int = 0,
+                   reference: Optional[Reference] = None) -> dict:
+    """Measure ``g`` (compiled, fixed point) against ``source`` (the frontend's graph; ``reference`` instead when
+    given) on the verification vectors and ``calibration``; write ``fidelity.png`` (and ``trace.npz`` for
+    ``trace`` > 0) into ``folder``; return the report.json section."""
     from ..report.fidelity_plot import FILE as PLOT, write_plot
     from .trace import FILE as TRACE, npz_bytes, trace_arrays
 
     if not g.is_fixed:
         return skipped("the compiled model is float (no --precision), so it is the float model")
-    ref = reference_for(source)
+    ref = reference if reference is not None else reference_for(source)
     batches = [verification_batch(g, vectors, seed)]
     if calibration is not None:
         batches.append(calibration_batch(g, calibration))
@@ -473,7 +495,7 @@ def write_fidelity(folder: Path, source: Graph, g: Graph, vectors: int, seed: in
         b = next(b for b in batches if b.name == shown.name)
         rows = min(trace, b.rows)
         part = b.take(slice(0, rows))
-        arrays = trace_arrays(g, ref.graph, tensor_map(g, ref.graph), part.fixed, part.real, b.name)
+        arrays = trace_arrays(g, ref.graph, tensor_map(g, ref.graph), part.fixed, part.real, b.name, ref.run)
         (Path(folder) / TRACE).write_bytes(npz_bytes(arrays))
         result.trace = {"file": TRACE, "set": b.name, "vectors": rows}
         if rows < trace:

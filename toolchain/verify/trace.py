@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import zipfile
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -27,14 +28,18 @@ TIMESTAMP = (1980, 1, 1, 0, 0, 0)
 
 
 def trace_arrays(fixed_g: Graph, ref_g: Graph, mapping: dict[str, str], fixed_inputs: dict[str, np.ndarray],
-                 real_inputs: dict[str, np.ndarray], set_name: str) -> dict[str, np.ndarray]:
-    """The arrays of ``trace.npz``: both models on their inputs, every tensor kept."""
+                 real_inputs: dict[str, np.ndarray], set_name: str,
+                 ref_run: Optional[Callable[[dict], dict]] = None) -> dict[str, np.ndarray]:
+    """The arrays of ``trace.npz``: both models on their inputs, every tensor kept (``ref_run``: the reference's
+    own executor, when it is not ``ref_g`` in the golden model)."""
     env = emulate.run(fixed_g, fixed_inputs, keep=True)
-    ref_env = emulate.run(ref_g, real_inputs, keep=True)
+    ref_env = ref_run(real_inputs) if ref_run is not None else emulate.run(ref_g, real_inputs, keep=True)
     arrays = {}
+    scales = fixed_g.metadata.get("tensor_scales", {})
     for k, v in env.items():
         t = fixed_g.tensors[k].dtype
-        arrays[f"fixed/{k}"] = fixed.to_float(v, t) if t is not None else np.asarray(v, dtype=np.float64)
+        r = fixed.to_float(v, t) if t is not None else np.asarray(v, dtype=np.float64)
+        arrays[f"fixed/{k}"] = r * scales[k] if k in scales else r  # a non-power-of-two quantizer's codes
     for k, v in ref_env.items():
         arrays[f"float/{k}"] = np.asarray(v, dtype=np.float32)
     rows = [[n.name, n.OP, o, mapping.get(o, "")] for n in fixed_g.nodes for o in n.outputs]

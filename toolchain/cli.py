@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Optional
 
 from .compiler import SIM_CYCLE_BUDGET
-from .cli_types import (MAX_VECTORS, non_negative_int, output_file, positive_float, positive_int, repeat_count, seed,
-                        vector_count)
+from .cli_types import (MAX_VECTORS, bounded_int, non_negative_int, output_file, positive_float, positive_int,
+                        repeat_count, seed, vector_count)
 from .console import (console, error, examples, note, out_console, print_bundle, print_compile_summary,
                       print_simulation, print_target, progress, result, table_console, verification_lines, warn)
 from .errors import is_user_error
@@ -49,7 +49,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     opts = CompileOptions(to=tuple(args.to), precision=args.precision, vectors=args.vectors, seed=args.seed,
                           input_range=args.input_range, reuse=args.reuse, target=args.target, weights=args.weights,
-                          calibration=args.calibration, trace=args.trace or 0, softmax=args.softmax)
+                          calibration=args.calibration, trace=args.trace or 0, softmax=args.softmax,
+                          multiplier_bits=args.multiplier_bits, strict=args.strict)
     report = compile_model(args.model, args.output, opts, progress=progress, force=args.force)  # '' stays ''
     print_compile_summary(report, Path(args.output))
     _print_fidelity(report, Path(args.output))
@@ -341,6 +342,17 @@ def _add_fidelity_options(p: argparse.ArgumentParser) -> None:
                         "of the Softmax at its output (no exp/reciprocal tables; the same class, first on ties)")
 
 
+def _add_quantized_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--multiplier-bits", type=bounded_int(16, 32), default=24, metavar="N",
+                   help="width of the integer multipliers M0 that stand for a quantized export's non-power-of-two "
+                        "scales (M = M0 * 2**-n), 16 to 32 (default 24; the RTL takes up to 30); "
+                        "docs/quantized-models.md")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse what an ONNX model cannot be translated to exactly (non-power-of-two scales, "
+                        "asymmetric zero points, float biases off the accumulator grid, Softmax of quantized "
+                        "tensors) instead of approximating it")
+
+
 def _add_board_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--board", metavar="B", help="build the UART device for a board: icebreaker (ice40-up5k), "
                    "ulx3s (ecp5-85f) or tangnano9k (gowin-gw1nr9); sets --target. Pins from amaranth-boards; the "
@@ -457,7 +469,8 @@ def cmd_flow(args: argparse.Namespace) -> int:
         return 0
     opts = CompileOptions(to=("onnx", "rtl"), precision=args.precision, vectors=args.vectors, seed=args.seed,
                           input_range=args.input_range, reuse=args.reuse, target=args.target, weights=args.weights,
-                          calibration=args.calibration, trace=args.trace or 0, softmax=args.softmax)
+                          calibration=args.calibration, trace=args.trace or 0, softmax=args.softmax,
+                          multiplier_bits=args.multiplier_bits, strict=args.strict)
     _flow(args.model, args.output, opts, args.simulator, args.sim_vectors, args.pnr_seed, force=args.force,
           board=args.board, baud=args.baud)
     return 0
@@ -506,6 +519,8 @@ def build_parser() -> argparse.ArgumentParser:
                            bitforge compile float.pt2 -o out/f --precision 'weight=fixed<8,2,RND_CONV,SAT>,act=fixed<16,6,RND_CONV,SAT>'
                            bitforge compile jet-mlp -o out/jet --to rtl --reuse 16 --weights ram   # weights loadable at run time
                            bitforge compile model.onnx -o out/m --precision w8a16 --calibration x.npy --trace 4  # fidelity on your data
+                           bitforge compile brevitas.onnx -o out/b --multiplier-bits 16  # float scales: 16-bit multipliers
+                           bitforge compile qdq.onnx -o out/q --strict   # refuse anything not exact
                        """))
     c.add_argument("model", metavar="MODEL")
     c.add_argument("-o", "--output", required=True, metavar="OUT", help="output folder (replaced atomically)")
@@ -522,6 +537,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"verification vectors, 1 to {MAX_VECTORS:,} (default 10000)")
     c.add_argument("--seed", type=seed, default=0, help="seed for recipes and vectors, 0 to 2**32-1 (default 0)")
     _add_fidelity_options(c)
+    _add_quantized_options(c)
     c.set_defaults(func=cmd_compile)
 
     e = sub.add_parser("emulate", formatter_class=fmt, help="run the bit-exact golden model on a .npy batch",
@@ -623,6 +639,7 @@ def build_parser() -> argparse.ArgumentParser:
     fl.add_argument("--seed", type=seed, default=0, help="seed for recipes and verification vectors (default 0)")
     fl.add_argument("--pnr-seed", type=seed, default=1, help="place-and-route seed (default 1)")
     _add_fidelity_options(fl)
+    _add_quantized_options(fl)
     _add_rtl_options(fl, default_reuse="auto")
     _add_board_options(fl)
     fl.set_defaults(func=cmd_flow)

@@ -9,6 +9,9 @@ tensor kept), so nothing here knows any op:
   (QONNX, QDQ, a fake-quantized recipe, a bitforge output folder), that graph dequantized
   (:func:`..passes.dequantize.dequantize_graph`: the codes' exact real values as float32 weights, every
   Quantize/Requantize dropped), executed in float32.
+* or, for a QONNX/QDQ export the frontend approximated (non-power-of-two scales), the source file itself run by
+  onnxruntime (:mod:`.source_reference`; ``LoadedModel.reference``), whose tensors pair by ONNX name; the fixed
+  model's codes then count ``metadata["tensor_scales"]`` times their value (:func:`real_values`).
 
 Per graph output: the largest and mean absolute difference of the real values, and for outputs with more than one
 element along their last axis the top-1 agreement (argmax over that axis, first index on ties, as ArgMax does).

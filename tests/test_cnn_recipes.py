@@ -250,3 +250,20 @@ def test_compiled_cnn_recipe_keeps_its_accuracy_at_8_bits(built, compiled, name)
     assert scores["held_out"]["samples"] == len(labels)
     assert scores["reference"]["accuracy"] == pytest.approx(float_accuracy, abs=1e-6)
     assert scores["compiled"]["accuracy"] == pytest.approx(fixed_accuracy, abs=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CNN_RECIPES)
+def test_cnn_recipe_rtl_is_bit_exact_on_icarus_and_verilator(tmp_path, name):
+    """The 8-bit design's Verilog (conv window sequencers, pools, softmax tables) against the golden model under
+    random stalls, through the same compile the CLI runs."""
+    from bitforge.toolchain.compiler import CompileOptions, compile_model
+    from bitforge.toolchain.verify.simulate import simulate
+
+    out = tmp_path / "out"
+    report = compile_model(name, out, CompileOptions(to=("onnx", "rtl"), precision="8", vectors=VECTORS))
+    assert report["verification"]["golden_vs_onnxruntime"]["mismatches"] == 0
+    results = simulate(out, "both", vectors=150, seed=1)
+    assert sorted(results) == ["icarus", "verilator"]
+    for r in results.values():
+        assert (r["vectors"], r["mismatches"], r["tlast_errors"], r["protocol_errors"]) == (150, 0, 0, 0)

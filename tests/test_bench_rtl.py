@@ -327,14 +327,18 @@ def test_table_shows_bram_the_na_row_its_reason_and_a_reuse_other_than_1():
 
     from rich.console import Console
 
-    bf = bench_rtl.row_from_entry(CNN, "bitforge", "xcvu9p", {"lut": 1234, "ff": 567, "dsp": 0, "bram": 2.5,
-                                                             "latency_cycles": 127, "ii": 64})
+    bf = bench_rtl.row_from_entry(CNN, "bitforge", "ecp5-85f", {"lut": 50565, "ff": 21381, "dsp": 10, "bram": 2.5,
+                                                               "fmax_mhz": 36.3, "latency_cycles": 127, "ii": 64})
     bf.reuse = 4
+    mlp = _row("bitforge", "ecp5-85f", 22913, 39.2)
+    mlp.design = "jet-mlp-layer1"  # the longest design name
     text = io.StringIO()
-    Console(file=text, width=200).print(bench_rtl.table(bench_rtl.BenchResult(
-        [bf, bench_rtl.row_no_da4ml(CNN, "xcvu9p")], [], {})))
+    Console(file=text, width=80).print(bench_rtl.table(bench_rtl.BenchResult(
+        [bf, bench_rtl.row_no_da4ml(CNN, "xcvu9p"), mlp], [], {})))
     out = text.getvalue()
-    assert "BRAM" in out and "2.5" in out and "1,234" in out
+    assert "…" not in out  # nothing cut at 80 columns
+    assert "BRAM" in out and "2.5" in out and "50,565" in out and "36.3" in out
+    assert "bitforge / da4ml" not in out  # no ratios, no ratio table
     assert "digits-cnn: bitforge at --reuse 4" in out
     assert "digits-cnn: da4ml n/a: " + CNN.no_da4ml[:40] in out
     lines = [line.split() for line in out.splitlines() if line.split()[:3] == ["digits-cnn", "xcvu9p", "da4ml"]]

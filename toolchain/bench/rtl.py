@@ -456,14 +456,15 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
 
 
 def table(result: BenchResult):
-    """The rows, then the bitforge/da4ml ratios, as rich tables narrow enough for an 80-column log; a caption
+    """The rows, then the bitforge/da4ml ratios if any, as rich tables narrow enough for an 80-column log; a caption
     gives each design's bitforge reuse other than 1 and why a da4ml row is ``n/a``."""
     from rich import box
     from rich.console import Group
     from rich.table import Table
 
+    # No padding: SIMPLE_HEAD's space separators are the gaps, so twelve columns of five-digit numbers fit.
     rows = Table(title="bench rtl: bitforge vs da4ml, same yosys", title_justify="left", caption_justify="left",
-                 box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False, show_edge=False)
+                 box=box.SIMPLE_HEAD, padding=(0, 0), pad_edge=False, show_edge=False)
     for col in ("design", "target", "gen", "LUT", "FF", "DSP", "BRAM", "Fmax", "cyc", "II", "eq", "status"):
         rows.add_column(col, justify="left" if col in ("design", "target", "gen", "status") else "right",
                         no_wrap=True)
@@ -486,7 +487,7 @@ def table(result: BenchResult):
     for q in result.ratios:
         ratios_table.add_row(f"{q['design']} ({q['precision']}b)", q["target"],
                              *("-" if q[k] is None else f"{q[k]:.2f}x" for k in ("lut_ratio", "ff_ratio", "fmax_ratio")))
-    return Group(rows, ratios_table)
+    return Group(rows, ratios_table) if result.ratios else rows
 
 
 _SHORT_STATUS = {"synth-only": "synth", "does-not-fit": "no fit", "failed": "FAILED", "n/a": "n/a"}

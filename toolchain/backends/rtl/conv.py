@@ -37,7 +37,7 @@ from ...emulate import pool_reciprocals
 from ...fixed import FixedType, clog2
 from ...ir import Conv, Pool
 from ...windows import PAD, output_spatial, window_indices
-from .dense import DenseSpec, DenseStage, _form_options, _merge, dense_instance, folded_multipliers
+from .dense import DenseSpec, DenseStage, dense_instance, folded_multipliers, form_options, merge_resources
 from .stages import Ports, Stage, StageRequest, emitter
 from .verilog import UNTYPED, RtlError, packed_parameter, templates, type_parameters, verilog_literal, verilog_name
 
@@ -199,7 +199,7 @@ def emit_conv(req: StageRequest) -> Stage:
     seq_text, win_w = sequencer(module, n.describe(), req.graph.name, geo, req.in_type, 0, "code 0")
     y_type = req.relu_type if req.relu_type is not None else req.out_type
     vec_w = n.out_channels * y_type.width
-    options = _form_options(req)
+    options = form_options(req)
     win = Ports(ports.clk, ports.rst, f"{base}_win_valid", f"{base}_win_ready", f"{base}_win_data",
                 f"{base}_vec_valid", f"{base}_vec_ready", f"{base}_vec_data")
     groups = []
@@ -230,7 +230,7 @@ def emit_conv(req: StageRequest) -> Stage:
         dense=[d.text for d in dense_stages], c_out=n.out_channels, y_w=y_type.width, positions=geo.positions,
         taps=geo.taps, c_in=geo.channels, n_groups=n.groups, out_spatial="x".join(map(str, geo.out_spatial)),
         latency=latency, ii=ii, reuse=first.reuse, window_ii=first.ii)
-    resources = _merge(*(d.resources for d in dense_stages))
+    resources = merge_resources(*(d.resources for d in dense_stages))
     resources.update({"positions": geo.positions, "window_elements": geo.channels * geo.taps})
     library = tuple(dict.fromkeys(COLLECT_LIBRARY + tuple(lib for d in dense_stages for lib in d.library)))
     return Stage(text, latency, ii, library, generated={f"{module}.v": seq_text}, resources=resources,

@@ -493,7 +493,7 @@ def _levels(req: StageRequest) -> int:
     return int(req.options.get("levels_per_stage", LEVELS_PER_STAGE))
 
 
-def _form_options(req: StageRequest) -> dict:
+def form_options(req: StageRequest) -> dict:
     """The dense options of a request: ``levels_per_stage`` (folded and per-weight forms), ``parallel``,
     ``share`` and ``cut_depth`` (the fully parallel forms)."""
     o = req.options
@@ -501,7 +501,8 @@ def _form_options(req: StageRequest) -> dict:
             "share": str(o.get("share", "matrix")), "cut_depth": int(o.get("cut_depth", CUT_DEPTH))}
 
 
-def _merge(*resources: dict) -> dict:
+def merge_resources(*resources: dict) -> dict:
+    """The sum of stages' resource counts (a conv's groups, a low-rank layer's two halves)."""
     out: dict = {}
     for r in resources:
         for k, v in r.items():
@@ -516,7 +517,7 @@ def emit_dense(req: StageRequest) -> Stage:
     spec = DenseSpec(n.describe(), n.weight, n.bias, req.in_type, n.need("weight_type", *UNTYPED),
                      n.need("bias_type", *UNTYPED) if n.bias is not None else None,
                      n.need("accum_type", *UNTYPED), req.out_type, req.relu_type)
-    d = dense_instance(spec, req.instance_name, req.ports, req.reuse, **_form_options(req),
+    d = dense_instance(spec, req.instance_name, req.ports, req.reuse, **form_options(req),
                        write_port=req.write_port)
     return Stage(d.text, d.latency, d.ii, d.library, resources=d.resources, reuse=d.reuse)
 
@@ -539,18 +540,18 @@ def emit_low_rank_dense(req: StageRequest) -> Stage:
                  f"{base}_mid_valid", f"{base}_mid_ready", f"{base}_mid_data")
     first = dense_instance(v, f"{base}_v", Ports(req.ports.clk, req.ports.rst, req.ports.in_valid,
                                                  req.ports.in_ready, req.ports.in_data, link.out_valid,
-                                                 link.out_ready, link.out_data), req.reuse, **_form_options(req),
+                                                 link.out_ready, link.out_data), req.reuse, **form_options(req),
                            write_port=req.write_port, keys=("v", ""))
     second = dense_instance(u, f"{base}_u", Ports(req.ports.clk, req.ports.rst, link.in_valid, link.in_ready,
                                                   link.in_data, req.ports.out_valid, req.ports.out_ready,
-                                                  req.ports.out_data), req.reuse, **_form_options(req),
+                                                  req.ports.out_data), req.reuse, **form_options(req),
                             write_port=req.write_port, keys=("u", "bias"))
     text = templates().get_template("dense_lowrank.v.j2").render(
         where=n.describe(), base=base, rank=n.rank, mid_w=n.rank * mid.width, mid_type=mid.to_short(),
         first=first.text, second=second.text, latency=first.latency + second.latency)
     return Stage(text, first.latency + second.latency, max(first.ii, second.ii),
                  tuple(dict.fromkeys(first.library + second.library)),
-                 resources=_merge(first.resources, second.resources), reuse=max(first.reuse, second.reuse))
+                 resources=merge_resources(first.resources, second.resources), reuse=max(first.reuse, second.reuse))
 
 
 def _elementwise(req: StageRequest, template: str) -> Stage:

@@ -74,12 +74,6 @@ class TableSpec:
     index_lo: int
     index_shift: int
 
-    def bucket_codes(self, i: int) -> tuple[int, int]:
-        """The input codes ``[first, last]`` entry ``i`` stands for (the outer entries also take the codes
-        beyond them, which the index clamps)."""
-        first = self.index_lo + (i << self.index_shift)
-        return first, first + (1 << self.index_shift) - 1
-
 
 def _shift_for(span: int, size: int) -> int:
     """Smallest shift s with ceil(span / 2**s) <= size."""

@@ -13,6 +13,7 @@ import numpy as np
 from .bspline import BASIS_IMPLS, CLOSED_FORM_POLYNOMIALS
 from .errors import IRError
 from .fixed import FixedType
+from .windows import output_spatial
 
 if TYPE_CHECKING:
     from .ir import Graph, Node
@@ -170,7 +171,8 @@ def _check_node(g: Graph, n: Node, ins, out) -> None:
 
 # -- the ops of the models people bring ---------------------------------------------------------------------
 
-def conv_output_shape(n: Node, in_shape: tuple[int, ...], kernel: tuple[int, ...], channels: int) -> tuple[int, ...]:
+def _window_output_shape(n: Node, in_shape: tuple[int, ...], kernel: tuple[int, ...],
+                         channels: int) -> tuple[int, ...]:
     """(channels, *spatial) of a window op (Conv, Pool) on a (C, *spatial) input; raises on a bad geometry."""
     nd = len(kernel)
     stride, pads = tuple(n.stride), tuple(n.padding)
@@ -182,15 +184,12 @@ def conv_output_shape(n: Node, in_shape: tuple[int, ...], kernel: tuple[int, ...
                       f"(all begins, then all ends), found {stride}, {dilation}, {pads}")
     if min(stride) < 1 or min(dilation) < 1 or min(pads) < 0 or min(kernel) < 1:
         raise IRError(f"{n.describe()}: strides, dilations and kernel sizes must be >= 1 and pads >= 0")
-    out = []
     for a in range(nd):
         span = dilation[a] * (kernel[a] - 1) + 1
-        size = in_shape[1 + a] + pads[a] + pads[nd + a] - span
-        if size < 0:
+        if in_shape[1 + a] + pads[a] + pads[nd + a] < span:
             raise IRError(f"{n.describe()}: window of {span} on spatial axis {a} is larger than the padded input "
                           f"({in_shape[1 + a]} + {pads[a]} + {pads[nd + a]})")
-        out.append(size // stride[a] + 1)
-    return (channels, *out)
+    return (channels, *output_spatial(in_shape[1:], kernel, stride, pads, dilation))
 
 
 def _check_same_kind(n: Node, x, out) -> None:
@@ -214,7 +213,7 @@ def _check_conv(g: Graph, n: Node, ins, out) -> None:
                       f"output channels {w.shape[0]}")
     if w.shape[1] * n.groups != x.shape[0]:
         raise _shape_err(n, "weight input channels x groups", x.shape[0], f"{w.shape[1]} x {n.groups}")
-    want = conv_output_shape(n, x.shape, tuple(w.shape[2:]), int(w.shape[0]))
+    want = _window_output_shape(n, x.shape, tuple(w.shape[2:]), int(w.shape[0]))
     if out.shape != want:
         raise _shape_err(n, "output shape", want, out.shape)
     if n.bias is not None and n.bias.shape != (w.shape[0],):
@@ -231,7 +230,7 @@ def _check_pool(g: Graph, n: Node, ins, out) -> None:
     kernel = tuple(n.kernel)
     if len(kernel) not in (1, 2):
         raise IRError(f"{n.describe()}: pooling over {len(kernel)} spatial axes; 1 or 2 are supported")
-    want = conv_output_shape(n, x.shape, kernel, x.shape[0] if x.shape else 0)
+    want = _window_output_shape(n, x.shape, kernel, x.shape[0] if x.shape else 0)
     if out.shape != want:
         raise _shape_err(n, "output shape", want, out.shape)
     nd = len(kernel)

@@ -83,6 +83,7 @@ from ..ir import (
     validate,
 )
 from ..weight_codes import WEIGHT_CODES_KEY, weight_code_counts
+from .heads import index_type
 from .intervals import Bounds, Stage, input_bounds, node_stages, round_to_code
 from .precision import infer_precision
 from .quantize_tables import (
@@ -475,7 +476,7 @@ class _Builder:
         elif isinstance(n, Softmax):
             n, t = self.softmax(n, key)
         elif isinstance(n, ArgMax):
-            t = _index_type(self.tensors[n.input].shape[-1])
+            t = index_type(self.tensors[n.input].shape[-1])
         elif isinstance(n, (Reshape, Transpose)):
             t = self.tensors[n.input].dtype
         else:
@@ -483,12 +484,6 @@ class _Builder:
         self.tensors[n.output] = dataclasses.replace(self.tensors[n.output], dtype=t)
         self.env[n.output] = self.stages(n)[-1].result
         self.nodes.append(n)
-
-
-def _index_type(count: int) -> FixedType:
-    """ufixed<B,B>: the integers 0 .. count - 1."""
-    bits = max(1, (count - 1).bit_length())
-    return FixedType(bits, bits, False)
 
 
 def _proven_span(b: Bounds, tensor: str, key: str) -> tuple[Fraction, Fraction]:

@@ -1,4 +1,4 @@
-"""ONNX frontend: float, QDQ and QONNX graphs -> bitforge IR, exactly or not at all.
+"""ONNX frontend: float, QDQ and QONNX graphs -> bitforge IR: exactly, or (float scales) as measured integer-only inference.
 
 Three dialects come in:
 

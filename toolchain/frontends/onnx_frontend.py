@@ -1,4 +1,4 @@
-"""ONNX frontend: float, QDQ and QONNX graphs -> bitforge IR: exactly, or (float scales) as measured integer-only inference.
+"""ONNX frontend: float, QDQ and QONNX graphs -> bitforge IR, exactly or (float scales) as integer-only inference.
 
 Three dialects come in:
 

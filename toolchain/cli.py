@@ -50,7 +50,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     opts = CompileOptions(to=tuple(args.to), precision=args.precision, vectors=args.vectors, seed=args.seed,
                           input_range=args.input_range, reuse=args.reuse, target=args.target, weights=args.weights,
                           calibration=args.calibration, trace=args.trace or 0, softmax=args.softmax,
-                          multiplier_bits=args.multiplier_bits, strict=args.strict)
+                          multiplier_bits=args.multiplier_bits, strict=args.strict,
+                          hls=hls_options_from_args(args), hls_config=args.hls_config)
     report = compile_model(args.model, args.output, opts, progress=progress, force=args.force)  # '' stays ''
     print_compile_summary(report, Path(args.output))
     _print_fidelity(report, Path(args.output))
@@ -331,6 +332,28 @@ def _add_rtl_options(p: argparse.ArgumentParser, default_reuse="1") -> None:
                         "weight; see docs/rtl.md)")
 
 
+def _add_hls_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", choices=("vitis", "vivado"), default=None,
+                   help="HLS: hls4ml's backend, the HLS tool the project is written for (default vitis)")
+    p.add_argument("--io", choices=("parallel", "stream"), default=None,
+                   help="HLS: hls4ml's io_parallel (arrays, II 1 at reuse 1; default) or io_stream (FIFOs)")
+    p.add_argument("--strategy", choices=("latency", "resource"), default=None,
+                   help="HLS: hls4ml's Latency (default) or Resource strategy (with --reuse N)")
+    p.add_argument("--hls-config", metavar="CONFIG", default=None,
+                   help="an hls4ml HLSConfig (.yml/.json: Model/LayerName/LayerType with Precision, ReuseFactor, "
+                        "Strategy) whose types the model takes, so the golden model computes what hls4ml's C "
+                        "simulation of that configuration computes (instead of --precision)")
+
+
+def hls_options_from_args(args: argparse.Namespace):
+    """--backend/--io/--strategy as the HLS backend's options, or None when none was given."""
+    given = {k: getattr(args, k) for k in ("backend", "io", "strategy") if getattr(args, k, None) is not None}
+    if not given:
+        return None
+    from .backends.hls.convert import HlsOptions
+    return HlsOptions(**given)
+
+
 def _add_fidelity_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibration", metavar="X.npy", help="real inputs (n, features), numpy.save'd: --precision "
                    "chooses activation ranges from them, and the fidelity report measures the fixed-point model "
@@ -521,15 +544,20 @@ def build_parser() -> argparse.ArgumentParser:
                            bitforge compile model.onnx -o out/m --precision w8a16 --calibration x.npy --trace 4  # fidelity on your data
                            bitforge compile brevitas.onnx -o out/b --multiplier-bits 16  # float scales: 16-bit multipliers
                            bitforge compile qdq.onnx -o out/q --strict   # refuse anything not exact
+                           bitforge compile jet-mlp -o out/jet-hls --to hls --precision 'ap_fixed<16,6>'  # hls4ml project, C-sim checked
+                           bitforge compile model.onnx -o out/h --to hls --hls-config hls4ml_config.yml --input-range=-4,4
                        """))
     c.add_argument("model", metavar="MODEL")
     c.add_argument("-o", "--output", required=True, metavar="OUT", help="output folder (replaced atomically)")
     c.add_argument("--force", action="store_true", help=FORCE_HELP)
-    c.add_argument("--to", action="append", choices=["onnx", "rtl"], default=None,
-                   help="backend(s) to run, repeatable (default: onnx)")
+    c.add_argument("--to", action="append", choices=["onnx", "rtl", "hls"], default=None,
+                   help="backend(s) to run, repeatable (default: onnx); hls: an hls4ml project in OUT/hls, its C "
+                        "simulation checked against the golden model (g++ only; docs/hls.md)")
     _add_rtl_options(c)
-    c.add_argument("--precision", metavar="SPEC", help="quantize a float model: 8, 16, w8a16, or "
-                   "'weight=fixed<8,2,RND_CONV,SAT>,act=fixed<16,6,RND_CONV,SAT>'")
+    _add_hls_options(c)
+    c.add_argument("--precision", metavar="SPEC", help="quantize a float model: 8, 16, w8a16, 'ap_fixed<16,6>' "
+                   "(one type everywhere, accumulators included: hls4ml's default), or "
+                   "'weight=fixed<8,2,RND_CONV,SAT>,act=fixed<16,6,RND_CONV,SAT>,accum=fixed<24,8>'")
     c.add_argument("--input-range", type=_parse_range, metavar="LO,HI",
                    help="range of the model's inputs (used to choose types and verification vectors), e.g. "
                         "--input-range=-4,4")

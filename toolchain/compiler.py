@@ -24,7 +24,7 @@ from .errors import BitforgeError, VerificationFailed, is_user_error
 from .ir import Graph
 from .outputs import check_output
 
-BACKENDS = ("onnx", "rtl")
+BACKENDS = ("onnx", "rtl", "hls")
 
 
 class CompileError(BitforgeError):
@@ -54,6 +54,10 @@ class CompileOptions:
     multiplier_bits: int = 24
     #: Refuse what the ONNX frontend cannot translate exactly (non-power-of-two scales, inexact float biases, ...).
     strict: bool = False
+    #: --to hls: hls4ml's backend, I/O type and strategy (``backends.hls.convert.HlsOptions``); None: the defaults.
+    hls: Optional[object] = None
+    #: An hls4ml HLSConfig file (.yml/.json): its types become the IR's (passes/hls_config.py).
+    hls_config: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.input_range is not None and not (len(self.input_range) == 2 and
@@ -75,8 +79,14 @@ class CompileOptions:
         from .multiplier import MAX_BITS, MIN_BITS
         if not MIN_BITS <= self.multiplier_bits <= MAX_BITS:
             raise CompileError(f"--multiplier-bits must be {MIN_BITS} to {MAX_BITS}, got {self.multiplier_bits}")
-        # RTL-only options are refused without the RTL backend rather than silently ignored.
-        if "rtl" not in self.to and (self.target is not None or self.reuse != 1 or self.weights != "rom"):
+        if self.hls is not None and "hls" not in self.to:
+            raise CompileError("--backend, --io and --strategy only apply to the HLS backend; add --to hls")
+        if self.hls_config is not None and self.precision is not None:
+            raise CompileError("--hls-config and --precision both set the model's types; give one of them")
+        # RTL-only options are refused without the RTL backend rather than silently ignored (--reuse N also
+        # serves the HLS backend: hls4ml's ReuseFactor).
+        if "rtl" not in self.to and (self.target is not None or (self.reuse != 1 and "hls" not in self.to)
+                                     or self.weights != "rom"):
             given = [f for f, v in (("--target", self.target), ("--reuse", self.reuse != 1),
                                     ("--weights", self.weights != "rom")) if v]
             raise CompileError(f"{' and '.join(given)} only appl{'y' if len(given) > 1 else 'ies'} to the RTL "
@@ -307,6 +317,10 @@ def _load(model: str, options: CompileOptions, progress: Callable[[str], None]) 
     if options.precision is not None:  # a bad spec fails before any model is loaded or trained
         from .passes.quantize import parse_precision
         parse_precision(options.precision)
+    hls_config = None
+    if options.hls_config is not None:  # so does a bad HLSConfig (its layer names are checked once loaded)
+        from .passes.hls_config import read_hls_config
+        hls_config = read_hls_config(options.hls_config)
     calibration = None
     if options.calibration is not None:  # an unreadable file fails before the model is loaded or trained
         from .verify.fidelity import read_calibration_file
@@ -319,8 +333,12 @@ def _load(model: str, options: CompileOptions, progress: Callable[[str], None]) 
     if options.softmax == "argmax":  # in the float reference too: the fidelity report compares decisions
         from .passes.heads import argmax_head
         loaded.graph = argmax_head(loaded.graph)
-    progress("quantizing and inferring precision" if options.precision else "inferring precision")
-    g, warnings = prepare(loaded, options.precision, options.input_range)
+    precision = options.precision
+    if hls_config is not None:  # the HLSConfig's types, as a --precision spec over the graph's own node names
+        from .passes.batchnorm import fold_batchnorm
+        precision = hls_config.precision_spec(fold_batchnorm(loaded.graph))
+    progress("quantizing and inferring precision" if precision else "inferring precision")
+    g, warnings = prepare(loaded, precision, options.input_range)
     warnings = [FrontendWarning(m) for m in loaded.graph.metadata.get("frontend_warnings", [])] + warnings
     if not g.is_fixed and (options.calibration is not None or options.trace):
         given = " and ".join(f for f, v in (("--calibration", options.calibration is not None),
@@ -394,8 +412,40 @@ def _compile_into(tmp: Path, loaded: LoadedModel, g: Graph, warnings: list, opti
     if "rtl" in options.to:
         progress("generating Verilog")
         report["rtl"] = write_rtl(g, tmp, options, progress)
-    _write_report(tmp, report, t0)
+    timing = {}
+    if "hls" in options.to:
+        from .verify.hls_csim import check_result, write_and_check_hls
+        report["hls"], timing["hls"] = write_and_check_hls(g, tmp, hls_options(options, g), options.vectors,
+                                                           options.seed, progress)
+        report["verification"]["golden_vs_hls_csim"] = report["hls"].pop("golden_vs_hls_csim")
+        _write_report(tmp, report, t0, timing)
+        check_result(report["verification"])
+        return report
+    _write_report(tmp, report, t0, timing)
     return report
+
+
+def hls_options(options: CompileOptions, g: Graph):
+    """The HLS backend's options: --backend/--io/--strategy/--reuse, then the HLSConfig's per-layer choices."""
+    from .backends.hls.convert import HlsOptions
+
+    base = options.hls if options.hls is not None else HlsOptions()
+    reuse = options.reuse if isinstance(options.reuse, int) else base.reuse
+    if options.hls_config is None:
+        return HlsOptions(**{**base.__dict__, "reuse": reuse})
+    from .passes.hls_config import read_hls_config
+    cfg = read_hls_config(options.hls_config)
+    names = [n.name for n in g.nodes]
+    fields = {**base.__dict__, "reuse": reuse,
+              "layer_reuse": {n: cfg.reuse(n) for n in names}, "layer_strategy": {n: cfg.strategy(n) for n in names}}
+    for key in ("backend", "io_type", "part", "clock_period"):
+        value = getattr(cfg, key, None)
+        if value is None:
+            continue
+        if key in ("backend", "io_type"):
+            value = str(value).lower().removeprefix("io_")
+        fields["io" if key == "io_type" else key] = value
+    return HlsOptions(**fields)
 
 
 def write_rtl(g: Graph, folder: Path, options: CompileOptions,
@@ -438,13 +488,13 @@ def write_rtl(g: Graph, folder: Path, options: CompileOptions,
         if weights["mode"] == "ram" else {})
 
 
-def _write_report(folder: Path, report: dict, t0: float) -> None:
-    """``report.json`` is reproducible (same inputs and seed: same bytes); wall time goes to ``run.json``."""
+def _write_report(folder: Path, report: dict, t0: float, timing: Optional[dict] = None) -> None:
+    """``report.json`` is reproducible (same inputs and seed: same bytes); wall times go to ``run.json``."""
     from .report import md as report_md
 
     report["tools"] = _versions()
     (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     report_md.write(folder)
     run = {"seconds": round(time.perf_counter() - t0, 3), "host": platform.node(),
-           "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+           "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")} | ({"stages": timing} if timing else {})
     (folder / "run.json").write_text(json.dumps(run, indent=2) + "\n")

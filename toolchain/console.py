@@ -86,6 +86,16 @@ def print_compile_summary(report: dict, out: Path) -> None:
     v = report["verification"].get("golden_vs_onnxruntime")
     if v:
         result(onnx_verification_line(v))
+    v = report["verification"].get("golden_vs_hls_csim")
+    if v:
+        result(hls_verification_line(v, report.get("hls", {})))
+
+
+def hls_verification_line(v: dict, hls: dict) -> str:
+    """The C-simulation check, and that no vendor tool ran (the project is for users who have one)."""
+    return (f"golden model vs hls4ml C simulation (g++; {hls.get('backend', '?')} project in hls/, io_"
+            f"{hls.get('io', '?')}, {hls.get('strategy', '?')}): {v['vectors']:,} vectors, {v['mismatches']} "
+            "mismatches, bit-exact; no vendor tool was run")
 
 
 def onnx_verification_line(v: dict) -> str:
@@ -104,6 +114,8 @@ def verification_lines(report: dict) -> list[str]:
     for name, v in report.get("verification", {}).items():
         if name == "golden_vs_onnxruntime":
             lines.append(onnx_verification_line(v))
+        elif name == "golden_vs_hls_csim" and "mismatches" in v and "backend" in report.get("hls", {}):
+            lines.append(hls_verification_line(v, report["hls"]))
         elif name in ("golden_vs_rtl", "golden_vs_netlist"):
             what = "RTL" if name == "golden_vs_rtl" else "netlist"
             lines += [f"golden model vs {what} ({k}): {r['vectors']:,} vectors, {r['mismatches']} mismatches"

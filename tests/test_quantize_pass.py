@@ -266,5 +266,5 @@ def test_width_only_activations_need_a_range():
 
 
 def test_a_bias_type_finer_than_the_accumulator_is_refused():
-    with pytest.raises(QuantizeError, match="fc1.*more than the accumulator"):
+    with pytest.raises(QuantizeError, match=r"fc1.*more than the exact sum.*fc1.accum=TYPE"):
         quantize_graph(float_mlp(), "w8a8,fc1.bias=fixed<16,-10,RND_CONV,SAT>")

@@ -5,38 +5,59 @@ The spec is the CLI's ``--precision SPEC``. Grammar (items separated by commas o
     SPEC  := ITEM (',' ITEM)*
     ITEM  := WIDTH                     weights and activations of WIDTH bits          8
            | 'w' WIDTH 'a' WIDTH       weight width, activation width                 w8a16
+           | TYPE                      every weight, bias, activation, accumulator    ap_fixed<16,6>
            | KEY '=' VALUE             a global or per-layer choice                   weight=fixed<8,2,RND_CONV,SAT>
            | 'table_size=' COUNT       entries per lookup table (default 1024)        table_size=256
-    KEY   := 'weight' | 'act'          every layer's weights / every activation
-           | NODE '.' FIELD            one layer: FIELD is weight, bias, act or mid   fc1.weight=4
-    VALUE := WIDTH | TYPE              TYPE: fixed<W,I[,ROUNDING[,OVERFLOW]]>, ufixed<...>, ap_fixed<...>
+    KEY   := 'weight' | 'bias' | 'act' every layer's weights, biases, activations     bias=fixed<16,6>
+           | 'accum'                   every layer's accumulators (TYPE or auto)      accum=fixed<24,10>
+           | NODE '.' FIELD            one layer: FIELD is weight, bias, act, mid     fc1.weight=4
+                                       or accum                                       fc1.accum=auto
+    VALUE := WIDTH | TYPE | 'auto'     an accum takes a TYPE, or auto (inferred); the others a WIDTH or a TYPE
+    TYPE  := fixed<W,I[,ROUNDING[,OVERFLOW]]>, ufixed<...>, ap_fixed<...> or ap_ufixed<...>
     WIDTH := an integer from 2 to 32
     COUNT := an integer from 2 to 65536
 
 Examples: ``8``, ``w4a8``, ``weight=fixed<8,2,RND_CONV,SAT>,act=fixed<16,6,RND_CONV,SAT>``,
-``w8a16,fc1.weight=fixed<6,1,RND_CONV,SAT>,fc2.act=12``, ``w8a16,table_size=256``. Weights and activations
-must both be given. ``NODE.weight`` covers a LowRankDense's u and v, a KANLayer's coefficients, a Conv's
-weight, a ScaleShift's scale, a LeakyReLU's slopes and a HardSigmoid's alpha and beta; ``NODE.bias`` a Conv's
-bias and a ScaleShift's shift; ``NODE.mid`` is a LowRankDense's intermediate ``V x``; ``INPUT.act`` (a graph
-input's name) types its quantizer. ``table_size`` is hls4ml's: at most that many entries in every Table and in
-each of a Softmax's two tables.
+``w8a16,fc1.weight=fixed<6,1,RND_CONV,SAT>,fc2.act=12``, ``w8a16,table_size=256``, ``ap_fixed<16,6>``,
+``ap_fixed<16,6>,fc1.accum=ap_fixed<24,10>``. Weights and activations must both be given: by a width, by
+``wNaM``, by ``weight=``/``act=``, or by a bare TYPE. A bare TYPE is hls4ml's ``Model: {Precision: {default:
+TYPE}}``: that type for every weight, bias, activation and accumulator; the other items override it, so
+``ap_fixed<16,6>,accum=auto`` keeps hls4ml's default types with accumulators that cannot overflow.
+``NODE.weight`` covers a LowRankDense's u and v, a KANLayer's coefficients, a Conv's weight, a ScaleShift's
+scale, a LeakyReLU's slopes and a HardSigmoid's alpha and beta; ``NODE.bias`` a Conv's bias and a ScaleShift's
+shift; ``NODE.mid`` is a LowRankDense's intermediate ``V x``; ``INPUT.act`` (a graph input's name) types its
+quantizer. ``table_size`` is hls4ml's: at most that many entries in every Table and in each of a Softmax's two
+tables.
 
+Accumulators are hls4ml's ``accum_t``: the type each product and partial sum of a Dense, Conv or
+LowRankDense (both stages: ``accum_v_type`` and ``accum_type``) and a KANLayer is held in, narrow ones
+included (they round and wrap or saturate as their modes say). A width alone says nothing about where the
+binary point goes, so an accum takes only a TYPE, or ``auto``: accumulators not given (or auto) are sized by
+:func:`~bitforge.toolchain.passes.precision.infer_precision` so they cannot overflow. A KANLayer's sum is exact
+at frac(coeff) + frac(basis), so only ``NODE.accum`` types it and its type must have that frac (the global
+accum and a bare TYPE leave it to inference). A ScaleShift takes none: hls4ml's BatchNormalization computes
+``scale * x + shift`` at full precision, which is what the inferred accumulator does (``NODE.accum`` on one
+is refused).
+
+Explicit types are used exactly as given: no integer bits fitted, no unsigned promotion, a bias type kept as
+typed (one with more fractional bits than frac(x) + frac(W) needs an explicit accumulator of its layer, which
+it is converted into as in hls4ml; without one it is refused, since the inferred accumulator is exact).
 A width alone lets the data choose the integer bits (the fewest that hold the values, sign included):
 weights from each matrix's own min and max, activations from calibration ranges or, without calibration,
 from the exact interval analysis of the fixed-point graph as it is built (then no activation can saturate
 for inputs in ``metadata['input_range']``). Width-only types round to nearest even (RND_CONV) and saturate;
 activations proven non-negative (ReLU outputs, inputs declared non-negative, interval lower bound >= 0)
-are unsigned, which buys one bit of resolution. Biases get twice the weight width at frac(x) + frac(W)
-(the accumulator's LSB, so adding them rounds nothing), losing fractional bits only when their integer
-part needs the room.
+are unsigned, which buys one bit of resolution. Width-only biases get twice the weight width (or the width
+given) at frac(x) + frac(W) (the exact sum's LSB, so adding them rounds nothing), losing fractional bits only
+when their integer part needs the room.
 
 The ops of the models people bring: a Conv is quantized as a Dense (weight, bias), a ScaleShift's scale as a
 weight and its shift as a bias. A LeakyReLU's slopes are weights: a width-only type fits its integer bits to
 the slopes, so a power-of-two slope (0.125) is exact and 0.01 at 8 bits is 82 * 2**-13 (0.2 % off). A
 HardSigmoid's alpha and beta share one type of max(16, weight width) bits with integer bits fitted to them
-(fixed<16,1>: PyTorch's 1/6 is 5461 * 2**-15, ONNX's 0.2 is 6554 * 2**-15, beta 0.5 is exact). A Table's input range
-is the proven interval of its input (narrowed to the calibration range when there is one), less the ends where
-the rounded function is already constant (sigmoid's and tanh's flat tails): inputs beyond read the end
+(fixed<16,1>: PyTorch's 1/6 is 5461 * 2**-15, ONNX's 0.2 is 6554 * 2**-15, beta 0.5 is exact). A Table's input
+range is the proven interval of its input (narrowed to the calibration range when there is one), less the ends
+where the rounded function is already constant (sigmoid's and tanh's flat tails): inputs beyond read the end
 entries. Its output type is ufixed<A,0> for sigmoid, fixed<A,1> for tanh, else fitted to the function's range
 over that input range (A: the activation width). A Softmax gets ``tables.softmax_tables`` (18-bit exp and
 reciprocal tables) and a ufixed<A,1> output; an ArgMax ufixed<B,B> with B the bits of n - 1; Reshape and
@@ -96,17 +117,24 @@ from .quantize_tables import (
 )
 
 __all__ = ["PrecisionSpec", "PrecisionSpecError", "QuantizeError", "parse_precision", "quantize_graph",
-           "fit_integer_bits", "GRAMMAR"]
+           "fit_integer_bits", "GRAMMAR", "AUTO", "LAYER_FIELDS", "GLOBAL_KEYS"]
 
 GRAMMAR = __doc__.split("::", 1)[1].split("\n\n", 2)[1]
 MIN_WIDTH, MAX_WIDTH = 2, 32
 MIN_TABLE_SIZE, MAX_TABLE_SIZE = 2, 65536
 #: HardSigmoid's alpha and beta get at least this many bits: 1/6 and 0.2 then land within 2**-16 of their value.
 ALPHA_BITS = 16
-LAYER_FIELDS = ("weight", "bias", "act", "mid")
+LAYER_FIELDS = ("weight", "bias", "act", "mid", "accum")
+#: The keys that set a precision for every layer (a bare TYPE sets all four).
+GLOBAL_KEYS = ("weight", "bias", "act", "accum")
+#: An accumulator left to :func:`~bitforge.toolchain.passes.precision.infer_precision` (hls4ml's ``'auto'``).
+AUTO = "auto"
 
 #: A width (integer bits chosen from the data) or an explicit type.
 Precision = Union[int, FixedType]
+#: An accumulator: an explicit type or :data:`AUTO`.
+Accum = Union[FixedType, str]
+_TYPE_ITEM = re.compile(r"\s*(ap_)?u?fixed\s*<.*>\s*", re.IGNORECASE)
 
 
 class PrecisionSpecError(BitforgeError):
@@ -127,16 +155,36 @@ def _spec_error(problem: str, part: Optional[str] = None, text: Optional[str] = 
     return PrecisionSpecError(f"{of}{problem}{where}\nGrammar:\n{GRAMMAR}")
 
 
-def _check_value(value, key: str) -> Precision:
+def _field_of(key: str) -> str:
+    return key.rpartition(".")[2]
+
+
+def _check_value(value, key: str) -> Union[Precision, Accum]:
+    """A width or a type for ``key`` (``weight``, ``fc1.act``, ...); an accum takes a type or 'auto' only."""
+    accum = _field_of(key) == "accum"
     if isinstance(value, str):
-        value = int(value) if value.strip().isdigit() else parse_type(value)
+        text = value.strip()
+        if text.lower() == AUTO:
+            if not accum:
+                raise _Problem(f"{key}: 'auto' is for accumulators only (infer_precision sizes them); give a width "
+                               "or a fixed-point type")
+            return AUTO
+        value = int(text) if text.isdigit() else parse_type(text)
     if isinstance(value, FixedType):
         return value
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        if accum:
+            raise _Problem(f"{key}: a width alone ({value}) does not say where an accumulator's binary point is; "
+                           "give a TYPE (e.g. accum=fixed<24,10>) or 'auto' to let infer_precision size it")
         if not MIN_WIDTH <= int(value) <= MAX_WIDTH:
             raise _Problem(f"{key}: width {value} is outside {MIN_WIDTH}..{MAX_WIDTH}")
         return int(value)
-    raise _Problem(f"{key}: expected a width or a fixed-point type, found {value!r}")
+    wanted = "a fixed-point type or 'auto'" if accum else "a width or a fixed-point type"
+    raise _Problem(f"{key}: expected {wanted}, found {value!r}")
+
+
+def _check_optional(value, key: str):
+    return None if value is None else _check_value(value, key)
 
 
 def _check_table_size(value) -> Optional[int]:
@@ -154,30 +202,48 @@ def _check_table_size(value) -> Optional[int]:
 def _check_key(key: str) -> str:
     node, _, fld = str(key).rpartition(".")
     if not node or fld not in LAYER_FIELDS or re.search(r"[\s=,<>]", node):
-        raise _Problem(f"key {key!r} is neither 'weight', 'act' nor NODE.FIELD with FIELD one of "
+        raise _Problem(f"key {key!r} is neither one of {', '.join(GLOBAL_KEYS)} nor NODE.FIELD with FIELD one of "
                        f"{', '.join(LAYER_FIELDS)}")
     return str(key)
 
 
+def _text(p) -> str:
+    return p if isinstance(p, str) else str(p) if isinstance(p, int) else p.to_short()
+
+
 @dataclass(frozen=True)
 class PrecisionSpec:
-    """What ``--precision`` asks for: global weight and activation precision plus per-layer overrides.
+    """What ``--precision`` asks for: global precisions plus per-layer overrides.
 
-    ``overrides`` holds ``("NODE.FIELD", precision)`` pairs, FIELD one of weight, bias, act, mid;
-    ``table_size`` the entries of each lookup table (None: :data:`bitforge.toolchain.tables.TABLE_SIZE`).
-    ``str(spec)`` is the spec in the grammar's canonical form and parses back to an equal spec.
+    ``weight``, ``act`` and ``bias`` are widths or types, ``accum`` a type or :data:`AUTO`; ``default`` is the
+    bare TYPE item (hls4ml's default), which stands in for each of the four that is None. Weights and
+    activations must be given by one or the other; a bias left None is derived from its layer's types, an
+    accumulator left None is inferred. ``overrides`` holds ``("NODE.FIELD", precision)`` pairs, FIELD one of
+    :data:`LAYER_FIELDS`; ``table_size`` the entries of each lookup table (None:
+    :data:`bitforge.toolchain.tables.TABLE_SIZE`). ``str(spec)`` is the spec in the grammar's canonical form and
+    parses back to an equal spec.
     """
 
-    weight: Precision
-    act: Precision
-    overrides: tuple[tuple[str, Precision], ...] = ()
+    weight: Optional[Precision] = None
+    act: Optional[Precision] = None
+    overrides: tuple[tuple[str, Union[Precision, Accum]], ...] = ()
     table_size: Optional[int] = None
+    bias: Optional[Precision] = None
+    accum: Optional[Accum] = None
+    default: Optional[FixedType] = None
 
     def __post_init__(self) -> None:
         try:
             object.__setattr__(self, "table_size", _check_table_size(self.table_size))
-            object.__setattr__(self, "weight", _check_value(self.weight, "weight"))
-            object.__setattr__(self, "act", _check_value(self.act, "act"))
+            for key in GLOBAL_KEYS:
+                object.__setattr__(self, key, _check_optional(getattr(self, key), key))
+            if self.default is not None:
+                default = parse_type(self.default)
+                object.__setattr__(self, "default", default)
+            for key, what, example in (("weight", "weight", "w8a16, weight=... or one TYPE for everything"),
+                                       ("act", "activation", "w8a16, act=... or one TYPE for everything")):
+                if getattr(self, key) is None and self.default is None:
+                    raise _Problem(f"no {what} precision given (add e.g. {example})")
             keys = [_check_key(k) for k, _ in self.overrides]
             twice = sorted({k for k in keys if keys.count(k) > 1})
             if twice:
@@ -188,20 +254,37 @@ class PrecisionSpec:
         object.__setattr__(self, "overrides", checked)
 
     def lookup(self, node: str, field: str) -> Optional[Precision]:
-        """Precision of one layer's field: its override, else the global one (None: bias, derived)."""
+        """Precision of one layer's field: its override, else the global one, else the bare TYPE.
+
+        None for a bias means derived from the layer's types, for an accumulator inferred (an AUTO one too);
+        ``mid`` falls back to the global activation precision. Which layers a global accum reaches is
+        :meth:`for_node`'s business.
+        """
         for key, value in self.overrides:
             if key == f"{node}.{field}":
-                return value
-        return {"weight": self.weight, "act": self.act, "mid": self.act}.get(field)
+                return None if value == AUTO else value
+        found = getattr(self, "act" if field == "mid" else field)
+        found = self.default if found is None else found
+        return None if found == AUTO else found
+
+    def for_node(self, n: Node, field: str) -> Optional[Precision]:
+        """:meth:`lookup` for layer ``n`` as the pass applies it: the global accum and a bare TYPE type the
+        accumulators of Dense, Conv and LowRankDense only (a KANLayer's has a fixed frac, a ScaleShift has none
+        in hls4ml), so those two get one only from ``NODE.accum``."""
+        if field == "accum" and isinstance(n, (KANLayer, ScaleShift)):
+            value = dict(self.overrides).get(f"{n.name}.accum")
+            return None if value == AUTO else value
+        return self.lookup(n.name, field)
 
     def __str__(self) -> str:
-        text = lambda p: str(p) if isinstance(p, int) else p.to_short()  # noqa: E731
+        head = [] if self.default is None else [self.default.to_short()]
         if isinstance(self.weight, int) and isinstance(self.act, int):
-            head = [str(self.weight)] if self.weight == self.act else [f"w{self.weight}a{self.act}"]
+            head += [str(self.weight)] if self.weight == self.act else [f"w{self.weight}a{self.act}"]
         else:
-            head = [f"weight={text(self.weight)}", f"act={text(self.act)}"]
+            head += [f"{k}={_text(getattr(self, k))}" for k in ("weight", "act") if getattr(self, k) is not None]
+        head += [f"{k}={_text(getattr(self, k))}" for k in ("bias", "accum") if getattr(self, k) is not None]
         size = [] if self.table_size is None else [f"table_size={self.table_size}"]
-        return ",".join(head + [f"{k}={text(v)}" for k, v in self.overrides] + size)
+        return ",".join(head + [f"{k}={_text(v)}" for k, v in self.overrides] + size)
 
     @property
     def entries(self) -> int:
@@ -223,10 +306,14 @@ def _split_top_level(text: str) -> list[str]:
     return parts
 
 
-def _parse_item(part: str, found: dict[str, Precision], overrides: list[tuple[str, Precision]]) -> None:
-    def put(key: str, value: Precision) -> None:
+_WHAT = {"weight": "weight precision", "act": "activation precision", "bias": "bias precision",
+         "accum": "accumulator type", "default": "type for everything (a bare TYPE)", "table_size": "table_size"}
+
+
+def _parse_item(part: str, found: dict, overrides: list[tuple[str, Precision]]) -> None:
+    def put(key: str, value) -> None:
         if key in found:
-            raise _Problem(f"{'weight' if key == 'weight' else 'activation'} precision is given twice")
+            raise _Problem(f"{_WHAT[key]} is given twice")
         found[key] = value
 
     if not part:
@@ -240,38 +327,42 @@ def _parse_item(part: str, found: dict[str, Precision], overrides: list[tuple[st
         put("act", _check_value(int(m[2]), "activation width"))
     elif "=" in part:
         key, value = (s.strip() for s in part.split("=", 1))
-        if key in ("weight", "act"):
+        if key in GLOBAL_KEYS:
             put(key, _check_value(value, key))
         elif key == "table_size":
-            if key in found:
-                raise _Problem("table_size is given twice")
-            found[key] = _check_table_size(value)
+            put(key, _check_table_size(value))
         else:
             overrides.append((_check_key(key), _check_value(value, key)))
+    elif _TYPE_ITEM.fullmatch(part):
+        put("default", parse_type(part))
     else:
-        raise _Problem("unknown item; expected a width (8), wNaM (w8a16) or KEY=VALUE")
+        raise _Problem("unknown item; expected a width (8), wNaM (w8a16), a TYPE for everything (ap_fixed<16,6>) "
+                       "or KEY=VALUE")
 
 
 def parse_precision(text: str) -> PrecisionSpec:
     """Parse a ``--precision`` spec (grammar in the module docstring); raise :class:`PrecisionSpecError`."""
     if not isinstance(text, str) or not text.strip():
         raise _spec_error("the spec is empty", text=text)
-    found: dict[str, Precision] = {}
+    found: dict = {}
     overrides: list[tuple[str, Precision]] = []
     for part in _split_top_level(text):
         try:
             _parse_item(part, found, overrides)
         except (_Problem, FixedTypeError) as e:
             raise _spec_error(str(e), part, text) from None
-    if "weight" not in found:
-        raise _spec_error("no weight precision given (add e.g. w8a16 or weight=...)", text=text)
-    if "act" not in found:
-        raise _spec_error("no activation precision given (add e.g. w8a16 or act=...)", text=text)
+    if "weight" not in found and "default" not in found:
+        raise _spec_error("no weight precision given (add e.g. w8a16, weight=... or one TYPE for everything: "
+                          "ap_fixed<16,6>)", text=text)
+    if "act" not in found and "default" not in found:
+        raise _spec_error("no activation precision given (add e.g. w8a16, act=... or one TYPE for everything: "
+                          "ap_fixed<16,6>)", text=text)
     keys = [k for k, _ in overrides]
     twice = sorted({k for k in keys if keys.count(k) > 1})
     if twice:
         raise _spec_error(f"override {twice[0]} is given twice", text=text)
-    return PrecisionSpec(found["weight"], found["act"], tuple(overrides), found.get("table_size"))
+    return PrecisionSpec(found.get("weight"), found.get("act"), tuple(overrides), found.get("table_size"),
+                         found.get("bias"), found.get("accum"), found.get("default"))
 
 
 # -- choosing types from values -----------------------------------------------------------------------
@@ -312,11 +403,19 @@ def _weight_type(p: Precision, w: np.ndarray) -> FixedType:
     return _type_from_range(p, Fraction(float(w.min(initial=0.0))), Fraction(float(w.max(initial=0.0))), True)
 
 
-def _bias_type(n: Node, p: Optional[Precision], weight: FixedType, accum_frac: int, b: np.ndarray) -> FixedType:
+def _bias_type(n: Node, p: Optional[Precision], weight: FixedType, accum_frac: int, b: np.ndarray,
+               accum: Optional[FixedType] = None) -> FixedType:
+    """An explicit bias type as given; a width gets integer bits from the bias values at the exact sum's frac.
+
+    A typed bias finer than the exact sum (frac(x) + frac(W) = ``accum_frac``) needs the layer's explicit
+    ``accum``: hls4ml converts the bias into accum_t, while an inferred accumulator is exact and would have
+    to round it.
+    """
     if isinstance(p, FixedType):
-        if p.frac > accum_frac:
+        if p.frac > accum_frac and accum is None:
             raise QuantizeError(f"{n.describe()}: bias type {p.to_short()} has {p.frac} fractional bits, more than "
-                                f"the accumulator's frac(x) + frac(W) = {accum_frac}; give it fewer")
+                                f"the exact sum's frac(x) + frac(W) = {accum_frac}; give it fewer, or give the "
+                                f"layer an accumulator type to convert it into ({n.name}.accum=TYPE)")
         return p
     width = p if p is not None else 2 * weight.width
     need = fit_integer_bits(Fraction(float(b.min())), Fraction(float(b.max())), width, True)
@@ -373,12 +472,18 @@ def _check_overrides(g: Graph, spec: PrecisionSpec) -> None:
         if fld == "act" and type(n) in _FIXED_OUTPUT:
             raise QuantizeError(f"precision override '{key}': {n.describe()} {_FIXED_OUTPUT[type(n)]}; drop the "
                                 "override")
+        if fld == "accum" and isinstance(n, ScaleShift):
+            raise QuantizeError(f"precision override '{key}': {n.describe()} has no accumulator to type: like "
+                                "hls4ml's BatchNormalization it computes scale * x + shift at full precision "
+                                "(bitforge sizes that sum so it cannot overflow); drop the override")
         ok = {"weight": isinstance(n, (Dense, LowRankDense, KANLayer, Conv, ScaleShift, LeakyReLU, HardSigmoid)),
               "bias": (isinstance(n, (Dense, LowRankDense, Conv)) and n.bias is not None)
               or (isinstance(n, ScaleShift) and n.shift is not None),
-              "act": True, "mid": isinstance(n, LowRankDense)}[fld]
+              "act": True, "mid": isinstance(n, LowRankDense),
+              "accum": isinstance(n, (Dense, LowRankDense, Conv, KANLayer))}[fld]
         if not ok:
-            raise QuantizeError(f"precision override '{key}': {n.describe()} has no {fld}")
+            raise QuantizeError(f"precision override '{key}': {n.describe()} has no "
+                                f"{'accumulator' if fld == 'accum' else fld}")
 
 
 #: Ops whose output type follows from the op, not from the spec (why, for the refusal of an act override).
@@ -419,7 +524,8 @@ class _Builder:
     nodes: list[Node]
     env: dict[str, Bounds]
     declared: bool  # the graph has metadata['input_range']
-    source: dict[str, str] = dataclasses.field(default_factory=dict)  # quantized graph input -> the float tensor it stands for
+    #: quantized graph input -> the float tensor it stands for
+    source: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def graph(self) -> Graph:
         return Graph(self.src.name, list(self.src.inputs), list(self.src.outputs), self.tensors, self.nodes,
@@ -496,19 +602,21 @@ def _proven_span(b: Bounds, tensor: str, key: str) -> tuple[Fraction, Fraction]:
 
 
 def _quantize_layer(n: Node, spec: PrecisionSpec, x: FixedType) -> Node:
-    """Weights to codes (LowRankDense's bias waits for its mid type); the accumulators stay for infer_precision."""
+    """Weights to codes (LowRankDense's bias waits for its mid type); accumulators the spec types are set, the
+    others stay None for infer_precision."""
     p = spec.lookup(n.name, "weight")
+    accum = spec.for_node(n, "accum")
     if isinstance(n, (Dense, Conv)):
         wt = _weight_type(p, n.weight)
         fields = dict(weight=_codes(n.weight, wt, n, "weight"), weight_type=wt)
         if n.bias is not None:
-            bt = _bias_type(n, spec.lookup(n.name, "bias"), wt, x.frac + wt.frac, n.bias)
+            bt = _bias_type(n, spec.lookup(n.name, "bias"), wt, x.frac + wt.frac, n.bias, accum)
             fields.update(bias=_codes(n.bias, bt, n, "bias"), bias_type=bt)
-        return dataclasses.replace(n, accum_type=None, **fields)
+        return dataclasses.replace(n, accum_type=accum, **fields)
     if isinstance(n, LowRankDense):
         ut, vt = _weight_type(p, n.u), _weight_type(p, n.v)
         return dataclasses.replace(n, u=_codes(n.u, ut, n, "u"), v=_codes(n.v, vt, n, "v"), u_type=ut, v_type=vt,
-                                   mid_type=None, accum_v_type=None, accum_type=None)
+                                   mid_type=None, accum_v_type=accum, accum_type=accum)
     if isinstance(n, ScaleShift):
         st = _weight_type(p, n.scale)
         fields = dict(scale=_codes(n.scale, st, n, "scale"), scale_type=st)
@@ -529,16 +637,23 @@ def _quantize_layer(n: Node, spec: PrecisionSpec, x: FixedType) -> Node:
         ct = _weight_type(p, n.coeffs)
         # Basis weights lie in [0, 1]: one integer bit, as many fractional bits as the coefficients' width.
         bt = FixedType(ct.width + 1, 1, False, Rounding.RND_CONV, Overflow.SAT)
+        if accum is not None and accum.frac != ct.frac + bt.frac:
+            raise QuantizeError(f"{n.describe()}: accumulator type {accum.to_short()} has {accum.frac} fractional "
+                                f"bits; a KANLayer sums exact products at frac(coeff) + frac(basis) = {ct.frac} + "
+                                f"{bt.frac} = {ct.frac + bt.frac} (coefficients {ct.to_short()}, basis "
+                                f"{bt.to_short()}): give it {ct.frac + bt.frac} fractional bits, or drop the "
+                                f"override ({n.name}.accum=auto) to let infer_precision size it")
         lo, mult, shift, u_bits = index_params(n.grid_lo, n.grid_hi, n.grid_size, x)
         return dataclasses.replace(n, coeffs=_codes(n.coeffs, ct, n, "coeffs"), coeff_type=ct, basis_type=bt,
-                                   u_bits=u_bits, index_lo=lo, index_mult=mult, index_shift=shift, accum_type=None)
+                                   u_bits=u_bits, index_lo=lo, index_mult=mult, index_shift=shift, accum_type=accum)
     return n
 
 
 def _low_rank_bias(n: LowRankDense, spec: PrecisionSpec) -> LowRankDense:
     if n.bias is None:
         return n
-    bt = _bias_type(n, spec.lookup(n.name, "bias"), n.u_type, n.mid_type.frac + n.u_type.frac, n.bias)
+    bt = _bias_type(n, spec.lookup(n.name, "bias"), n.u_type, n.mid_type.frac + n.u_type.frac, n.bias,
+                    n.accum_type)
     return dataclasses.replace(n, bias=_codes(n.bias, bt, n, "bias"), bias_type=bt)
 
 
@@ -585,7 +700,8 @@ def quantize_graph(g: Graph, spec: Union[PrecisionSpec, str], calibration=None) 
     Afterwards: each float graph input feeds a new Quantize node (``<input>_quantize`` -> ``<input>_q``);
     every layer holds integer codes of its weight/bias types; every tensor is typed as ``spec`` says
     (width-only activations from ``calibration`` ranges, else from the interval analysis under
-    ``metadata['input_range']``); accumulators come from :func:`infer_precision`; the graph validates.
+    ``metadata['input_range']``); accumulators the spec types carry exactly those types, the others come from
+    :func:`infer_precision`; the graph validates.
     ``metadata['quantization']`` records the spec and where the activation ranges came from.
     ``calibration`` is a float batch ``(N, *shape)`` (or a dict per input) run through the float graph.
     """

@@ -127,6 +127,11 @@ def write_project(hm: HlsModel, folder: Path) -> list[str]:
     with contextlib.redirect_stdout(log):
         model.write()
     stamp = model.config.get_config_value("Stamp")
+    replace = {str(scratch): ".", str(stamp): STAMP}
+    for key, dat in (("InputData", "tb_input_features.dat"), ("OutputPredictions", "tb_output_predictions.dat")):
+        path = model.config.get_config_value(key)
+        if path:  # the .npy hls4ml converted into tb_data/ lies in a temporary folder
+            replace[str(path)] = f"tb_data/{dat}"
     folder.mkdir(parents=True, exist_ok=True)
     for src in sorted(scratch.rglob("*")):
         if src.is_dir() or src.suffix in (".so", ".o"):
@@ -139,7 +144,8 @@ def write_project(hm: HlsModel, folder: Path) -> list[str]:
         except UnicodeDecodeError:
             dst.write_bytes(data)
             continue
-        text = text.replace(str(scratch), ".").replace(str(stamp), STAMP)
+        for old, new in replace.items():
+            text = text.replace(old, new)
         dst.write_text(text)
         dst.chmod(src.stat().st_mode)
     from .handoff import write_readme

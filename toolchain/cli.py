@@ -250,6 +250,17 @@ def cmd_bench_emulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_hls(args: argparse.Namespace) -> int:
+    from .bench.hls import parse_designs, run_bench, table, write_json
+
+    rows = run_bench(parse_designs(args.designs), batch=args.batch, repeats=args.repeats, progress=progress)
+    table_console(140).print(table(rows))
+    if args.json:
+        write_json(rows, Path(args.json), "bitforge " + shlex.join(sys.argv[1:]))
+        result(f"wrote {args.json}")
+    return 1 if any(r.status == "mismatch" for r in rows) else 0
+
+
 def cmd_bench_rtl(args: argparse.Namespace) -> int:
     from .bench.rtl import options_from_args, run_bench, table, write_json
 
@@ -789,6 +800,7 @@ def _add_bench_commands(sub, fmt) -> None:
                        epilog=examples("""
                            bitforge bench emulate --json bench-emulate.json
                            bitforge bench rtl --designs jet-mlp-layer1 --json bench-rtl.json
+                           bitforge bench hls --json bench-hls.json
                            bitforge bench compress --quick --json bench-compress.json
                            bitforge bench neuqi --neuqi-configs 'default;exact_top=3' --json bench-neuqi.json
                            bitforge bench online --online-parts accuracy,t5   # no hardware flows
@@ -822,6 +834,14 @@ def _add_bench_commands(sub, fmt) -> None:
         "synthesised by the same yosys (xcvu9p estimate, ecp5-85f place and route), with bitforge/da4ml ratios; "
         "the digits CNN (one output position per clock) is bitforge only. Each synthesis takes minutes.",
         "bitforge bench rtl --designs jet-mlp-layer1 --json bench-rtl.json\nbitforge bench rtl --no-pnr"))
+
+    from .bench.hls import add_arguments as add_hls_arguments
+    add_hls_arguments(suite(
+        "hls", cmd_bench_hls, "hls4ml C simulation vs golden model",
+        "The HLS backend per design: conversion + project write and g++ build times, hls4ml's C-simulation "
+        "samples/s against the golden model's on the same batch in the same run (as a ratio), and every output "
+        "compared code for code (exit 1 on a mismatch). No vendor tool runs.",
+        "bitforge bench hls --json bench-hls.json\nbitforge bench hls --designs jet-mlp --batch 1000 --repeats 1"))
 
     from .compress.commands import add_bench_arguments, add_neuqi_bench_arguments
     add_bench_arguments(suite(

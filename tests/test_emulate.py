@@ -66,8 +66,8 @@ def test_dense_matches_exact_rational_reference():
 def test_accumulator_overflow_applies_to_the_final_sum():
     X = parse_type("fixed<8,4>")
     W = parse_type("fixed<8,4>")
-    acc_wrap = FixedType(12, 8)  # frac 8 = 4 + 4, deliberately too narrow
-    acc_sat = FixedType(12, 8, overflow="SAT")
+    acc_wrap = FixedType(12, 4)  # frac 8 = 4 + 4, deliberately too narrow
+    acc_sat = FixedType(12, 4, overflow="SAT")
     w = np.full((1, 4), 127, dtype=np.int64)
     xq = np.full((1, 4), 127, dtype=np.int64)  # sum = 4 * 127 * 127 = 64516 codes, > 2047
     for acc, expect in ((acc_wrap, ((64516 + 2048) % 4096) - 2048), (acc_sat, 2047)):

@@ -4,9 +4,10 @@ This module *defines* bitforge's arithmetic: ONNX Runtime, RTL simulation and HL
 checked against it bit for bit. Fixed-point tensors are int64 code arrays of shape ``(batch, *shape)``
 (object arrays of Python ints when an accumulator is wider than 62 bits); float tensors are float32.
 
-Speed: integer matrix products run as float64 BLAS products whenever every partial sum is provably an
-integer below 2**53 (then float64 is exact whatever the summation order), else as exact integer
-products.
+Dense, LowRankDense and Conv accumulate by hls4ml's rule (:mod:`.accumulate`). Speed: integer matrix products
+run as float64 BLAS products whenever every partial sum is provably an integer below 2**53 (then float64 is exact
+whatever the summation order), else as exact integer products; an accumulator that rounds each product or may
+saturate a partial sum costs an elementwise or per-input pass instead.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Mapping, Optional, Union
 import numpy as np
 
 from . import fixed, tables
+from .accumulate import EXACT_F64, dense_accumulator, exact_matmul  # noqa: F401  (EXACT_F64, exact_matmul: re-exported)
 from .bspline import basis_table, bspline_basis_float, cell_and_u
 from .fixed import FixedType
 from .ir import (
@@ -44,34 +46,16 @@ from .ir import (
 )
 from .windows import gather_windows, window_indices
 
-EXACT_F64 = float(2 ** 53)
-
 
 class EmulationError(IRError):
     """The graph cannot be run as given (missing accumulator types, wrong input shape, ...)."""
 
 
-def exact_matmul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """``x @ w.T`` for integer codes, exact. ``x`` is ``(N, in)``, ``w`` is ``(out, in)``."""
-    if x.dtype == object or w.dtype == object:
-        return np.dot(x.astype(object), w.astype(object).T)
-    xmax = float(np.abs(x).max()) if x.size else 0.0
-    wsum = float(np.abs(w).sum(axis=1).max()) if w.size else 0.0
-    if xmax * wsum < EXACT_F64:
-        return (x.astype(np.float64) @ w.astype(np.float64).T).astype(np.int64)
-    if xmax * wsum < 2.0 ** 62:
-        return x @ w.T
-    return np.dot(x.astype(object), w.astype(object).T)
-
-
 def dense_stage(x: np.ndarray, xt: FixedType, w: np.ndarray, wt: FixedType, bias, bt, accum: FixedType,
                 out: FixedType) -> np.ndarray:
-    """One fixed-point ``W x + b`` with an exact accumulator, then the accumulator's overflow and a requantize."""
-    acc = exact_matmul(x, w)
-    if bias is not None:
-        acc = acc + (np.asarray(bias, dtype=np.int64) << (accum.frac - bt.frac))
-    acc = fixed.apply_overflow(acc, accum)
-    return fixed.requantize(acc, accum, out)
+    """One fixed-point ``W x + b``: the accumulation rule (:func:`.accumulate.dense_accumulator`), then a
+    requantize to the output type."""
+    return fixed.requantize(dense_accumulator(x, xt, w, wt, bias, bt, accum), accum, out)
 
 
 def _run_fixed(g: Graph, n: Node, args: list[np.ndarray]) -> np.ndarray:
@@ -125,9 +109,17 @@ def _windows(n: Node, x: np.ndarray, kernel: tuple[int, ...], pad_value) -> np.n
     return gather_windows(x, idx, pad_value)
 
 
-def conv_fixed(n: Conv, x: np.ndarray, out_shape: tuple[int, ...], out: FixedType) -> np.ndarray:
-    """Every output position a Dense stage over its window: exact, bias aligned, accumulator overflow."""
+def conv_fixed(n: Conv, x: np.ndarray, out_shape: tuple[int, ...], out: FixedType,
+               xt: Optional[FixedType] = None) -> np.ndarray:
+    """Every output position a Dense stage over its window, the taps in C order of ``(C_in / groups, *kernel)``.
+
+    ``xt`` is the input's type; only its frac matters (where the products land). None reads the products as
+    landing on the accumulator's LSB (frac(accum) - frac(W)), as every inferred accumulator has them.
+    """
     accum = n.need("accum_type", EmulationError)
+    wt = n.weight_type
+    if xt is None:
+        xt = FixedType(2, 2 - (accum.frac - wt.frac))  # only its frac is read
     patches = _windows(n, x, n.kernel, 0)  # (N, C_in, P, K)
     N, _, P, K = patches.shape
     cg, og = n.weight.shape[1], n.out_channels // n.groups
@@ -135,11 +127,9 @@ def conv_fixed(n: Conv, x: np.ndarray, out_shape: tuple[int, ...], out: FixedTyp
     for grp in range(n.groups):
         xs = patches[:, grp * cg:(grp + 1) * cg].transpose(0, 2, 1, 3).reshape(N * P, cg * K)
         w = n.weight[grp * og:(grp + 1) * og].reshape(og, cg * K).astype(np.int64)
-        acc.append(exact_matmul(xs, w).reshape(N, P, og))
+        bias = None if n.bias is None else np.asarray(n.bias)[grp * og:(grp + 1) * og]
+        acc.append(dense_accumulator(xs, xt, w, wt, bias, n.bias_type, accum).reshape(N, P, og))
     acc = np.concatenate(acc, axis=2).transpose(0, 2, 1)  # (N, C_out, P)
-    if n.bias is not None:
-        acc = acc + (np.asarray(n.bias, dtype=np.int64) << (accum.frac - n.bias_type.frac))[None, :, None]
-    acc = fixed.apply_overflow(acc, accum)
     return fixed.requantize(acc, accum, out).reshape(N, *out_shape)
 
 
@@ -245,7 +235,7 @@ def concat_fixed(n: Concat, args: list[np.ndarray], ins: list[FixedType], out: F
 
 
 _FIXED_RULES = {
-    "Conv": lambda g, n, a, ins, out: conv_fixed(n, a[0], g.tensors[n.output].shape, out),
+    "Conv": lambda g, n, a, ins, out: conv_fixed(n, a[0], g.tensors[n.output].shape, out, ins[0]),
     "Pool": lambda g, n, a, ins, out: pool_fixed(n, a[0], ins[0], g.tensors[n.output].shape, out),
     "ScaleShift": lambda g, n, a, ins, out: scale_shift_fixed(n, a[0], ins[0], out),
     "LeakyReLU": lambda g, n, a, ins, out: leaky_relu_fixed(n, a[0], ins[0], out),

@@ -74,9 +74,11 @@ def test_validate_rejects_out_of_order_nodes(graph):
         ir.validate(g)
 
 
-def test_validate_rejects_inexact_accumulator(graph):
-    with pytest.raises(ir.IRError, match=r"Dense 'fc1'.*accumulator.*frac\(x\) \+ frac\(W\) = 16"):
-        ir.validate(_replace_node(graph, "fc1", accum_type=parse_type("fixed<32,12>")))
+def test_validate_accepts_accumulators_of_any_frac(graph):
+    """hls4ml's accumulation (docs/ir.md) defines accumulators finer or coarser than frac(x) + frac(W) = 16."""
+    for accum in ("fixed<32,12>", "fixed<16,6,RND,SAT>"):
+        assert ir.validate(_replace_node(graph, "fc1", accum_type=parse_type(accum))).node("fc1").accum_type.frac \
+            == parse_type(accum).frac
 
 
 def test_validate_rejects_wrong_kan_coefficient_count(graph):

@@ -28,7 +28,8 @@ from . import fixed
 from .fixed import FixedType, Overflow, clog2, signed_bits
 
 __all__ = ["EXACT_F64", "CHUNK_ELEMENTS", "AccumulationPlan", "exact_matmul", "product_shift", "multiple_of",
-           "accumulation_plan", "exact_accumulation", "convert_bias", "partial_sum_range", "dense_accumulator"]
+           "round_to_accumulator", "rounded_bias", "convert_bias", "partial_sum_range", "accumulation_plan",
+           "exact_accumulation", "dense_accumulator"]
 
 EXACT_F64 = float(2 ** 53)
 #: Products held at once by the per-product rounding (int64: 32 MB; the rounding makes a few temporaries of the
@@ -78,11 +79,18 @@ def convert_bias(bias, bias_type: FixedType, accum: FixedType) -> np.ndarray:
     return fixed.requantize(np.asarray(bias), bias_type, accum)
 
 
-def _round_to(codes: np.ndarray, d: int, accum: FixedType) -> np.ndarray:
-    """Codes ``d`` fractional bits finer than the accumulator -> its LSB with its rounding, no overflow step."""
+def round_to_accumulator(codes: np.ndarray, d: int, accum: FixedType) -> np.ndarray:
+    """Codes with ``d`` more fractional bits than the accumulator (``d < 0``: fewer) -> codes at its LSB, rounded
+    with its rounding mode: the first half of a conversion to ``accum_t``, before its overflow step."""
     if d > 0:
         return fixed.shift_round(codes, d, accum.rounding)
     return codes << (-d) if d < 0 else codes
+
+
+def rounded_bias(bias, bias_type: FixedType, accum: FixedType) -> np.ndarray:
+    """The bias at the accumulator's LSB, rounded as ``(accum_t)bias`` rounds it, before the overflow step."""
+    d = bias_type.frac - accum.frac
+    return round_to_accumulator(fixed.int_array(bias, bias_type.width - min(d, 0) + 1), d, accum)
 
 
 def _int_dtype_for(bits: int) -> bool:
@@ -117,8 +125,8 @@ def partial_sum_range(x_lo, x_hi, w: np.ndarray, shift: int, accum: FixedType,
     wi = w.astype(dtype)
     lo_end = x_lo.astype(dtype)[..., None, :] * wi
     hi_end = x_hi.astype(dtype)[..., None, :] * wi
-    p_lo = _round_to(np.minimum(lo_end, hi_end), shift, accum)
-    p_hi = _round_to(np.maximum(lo_end, hi_end), shift, accum)
+    p_lo = round_to_accumulator(np.minimum(lo_end, hi_end), shift, accum)
+    p_hi = round_to_accumulator(np.maximum(lo_end, hi_end), shift, accum)
     zero = 0 if dtype is object else np.int64(0)
     lo = np.where(p_lo < 0, p_lo, zero).sum(axis=-1)
     hi = np.where(p_hi > 0, p_hi, zero).sum(axis=-1)
@@ -180,7 +188,7 @@ def accumulation_plan(x_type: FixedType, w: np.ndarray, w_type: FixedType, bias:
     saturates = False
     if accum.overflow != Overflow.WRAP and w.size:
         x_lo, x_hi = _input_bounds(x_type, x_bounds, w.shape[1])
-        b = None if bias is None else _round_to(fixed.int_array(bias, bias_type.width - min(db, 0) + 1), db, accum)
+        b = None if bias is None else rounded_bias(bias, bias_type, accum)
         lo, hi = partial_sum_range(x_lo, x_hi, w, d, accum, b)
         lo, hi = int(np.min(lo)), int(np.max(hi))
         saturates = lo < accum.sat_min_code or hi > accum.max_code
@@ -238,10 +246,7 @@ def dense_accumulator(x: np.ndarray, x_type: FixedType, w: np.ndarray, w_type: F
 
 def _may_saturate(x: np.ndarray, w: np.ndarray, d: int, bias, bias_type, accum: FixedType) -> bool:
     """Whether a saturating accumulator can act for the inputs of this batch (their range per input)."""
-    b = None
-    if bias is not None:
-        db = bias_type.frac - accum.frac
-        b = _round_to(fixed.int_array(bias, bias_type.width - min(db, 0) + 1), db, accum)
+    b = None if bias is None else rounded_bias(bias, bias_type, accum)
     lo, hi = partial_sum_range(x.min(axis=0), x.max(axis=0), w, d, accum, b)
     return int(np.min(lo)) < accum.sat_min_code or int(np.max(hi)) > accum.max_code
 
@@ -256,7 +261,7 @@ def _rounded_sum(x: np.ndarray, w: np.ndarray, d: int, accum: FixedType, bits: i
     parts = []
     for s in range(0, len(xi), rows):
         p = xi[s:s + rows, None, :] * wi[None, :, :]
-        parts.append(_round_to(p, d, accum).sum(axis=2))
+        parts.append(round_to_accumulator(p, d, accum).sum(axis=2))
     return np.concatenate(parts, axis=0)
 
 
@@ -270,6 +275,6 @@ def _sequential(x: np.ndarray, w: np.ndarray, d: int, b: Optional[np.ndarray], a
     if b is not None:
         acc = acc + fixed.int_array(b, 64 if wide else 0)[None, :]
     for i in range(w.shape[1]):
-        p = fixed.apply_overflow(_round_to(xi[:, i:i + 1] * wi[None, :, i], d, accum), accum)
+        p = fixed.apply_overflow(round_to_accumulator(xi[:, i:i + 1] * wi[None, :, i], d, accum), accum)
         acc = fixed.apply_overflow(acc + p, accum)
     return acc

@@ -14,14 +14,15 @@ from typing import Mapping, Optional, Sequence, Union
 import numpy as np
 
 from .. import fixed
+from ..accumulate import exact_matmul, multiple_of, round_to_accumulator, rounded_bias
 from ..bspline import basis_table, cell_and_u
-from ..emulate import exact_matmul
-from ..fixed import FixedType, Overflow, signed_bits
+from ..fixed import FixedType, Overflow, clog2, signed_bits
 from ..ir import IRError, KANLayer, Node
 
 __all__ = ["Bounds", "Stage", "IntervalError", "InputRange", "signed_bits", "round_to_code", "FLOAT32_MAX", "F32_REL",
            "F32_ABS", "objects", "compact", "cast_stage", "accumulator_stage", "box_matmul", "aligned_codes",
-           "dense_exact", "kan_exact", "finite", "dense_float", "kan_float", "add_float", "typed"]
+           "AccumulatorRows", "accumulator_rows", "dense_accumulator_stage", "kan_exact", "finite",
+           "dense_float", "kan_float", "add_float", "typed"]
 
 #: Largest finite float32: the golden model casts float inputs to float32, so nothing finite lies beyond.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -211,7 +212,8 @@ def _float_bound_code(v: float, t: FixedType) -> int:
 
 
 def accumulator_stage(n: Node, tensor: str, exact: Bounds, t: Optional[FixedType]) -> Stage:
-    """The golden model applies only the accumulator's overflow (its frac equals the exact sum's)."""
+    """KANLayer and ScaleShift: the golden model applies only the accumulator's overflow (its frac equals the exact
+    sum's). Dense, LowRankDense and Conv accumulate by hls4ml's rule: :func:`dense_accumulator_stage`."""
     if t is None:
         return Stage(n.name, tensor, "accumulator", None, exact, exact, False)
     if t.frac != exact.frac:
@@ -243,17 +245,118 @@ def aligned_codes(n: Node, codes: np.ndarray, t: Optional[FixedType], frac: int,
     return objects(codes) * (1 << (frac - t.frac))
 
 
-def dense_exact(n: Node, x: Bounds, w: np.ndarray, bias: Optional[np.ndarray], bias_type: Optional[FixedType],
-                 w_type: FixedType) -> Bounds:
-    """Exact range of ``W x + b`` on codes (see :func:`box_matmul`)."""
-    frac = x.frac + w_type.frac
+@dataclass(frozen=True)
+class AccumulatorRows:
+    """Bounds of a ``W x + b`` stage's accumulator for rows of inputs (a Dense's leading axes, a Conv's positions):
+    ``exact`` what reaches its overflow step and ``result`` what comes out of it (``(rows, out)`` codes at
+    ``frac``), and whether the overflow can act (see :func:`accumulator_rows`)."""
+
+    exact: tuple[np.ndarray, np.ndarray]
+    result: tuple[np.ndarray, np.ndarray]
+    frac: int
+    overflow: bool
+
+
+def accumulator_rows(n: Node, xl: np.ndarray, xh: np.ndarray, x_frac: int, w: np.ndarray, w_type: FixedType,
+                     bias: Optional[np.ndarray], bias_type: Optional[FixedType],
+                     accum: Optional[FixedType]) -> AccumulatorRows:
+    """The accumulator of ``W x + b`` (docs/ir.md, hls4ml's accumulation) for inputs in ``[xl, xh]`` (``(rows, in)``
+    codes at ``x_frac``; ``w`` ``(out, in)`` codes of ``w_type``).
+
+    ``accum`` None (not sized yet): the exact sum at frac(x) + frac(W), passed through. Otherwise ``exact`` is the
+    sum of the products and the bias converted to the accumulator's LSB (rounded, not yet overflowed), and:
+    WRAP acts on that sum once (wrapping is modular, so partial sums do not matter); a saturating mode that no
+    product or partial sum can trigger leaves it as is; one that can is reported as overflowing, with ``exact``
+    the hull of every partial sum (what it would have to hold) and ``result`` from the sum in input order on the
+    lower and upper ends of the products (SAT and SAT_SYM clamp monotonically, so that is exact for independent
+    inputs) or the whole range (SAT_ZERO). Rounded products are bounded by the rounded ends of their interval.
+    """
+    w = np.asarray(w, dtype=np.int64)
+    if accum is None:
+        frac = x_frac + w_type.frac
+        lo, hi = box_matmul(xl, xh, w)
+        if bias is not None:
+            b = aligned_codes(n, bias, bias_type, frac, "bias")
+            lo, hi = lo + b, hi + b
+        return AccumulatorRows((lo, hi), (lo, hi), frac, False)
+    d = x_frac + w_type.frac - accum.frac
+    b = None if bias is None else objects(rounded_bias(bias, bias_type, accum))
+    if d <= 0 or multiple_of(w, d):  # exact products: matrix bounds
+        w_eff = w >> d if d > 0 else w
+        scale = 1 << max(-d, 0)
+        lo, hi = box_matmul(xl, xh, w_eff)
+        lo, hi = lo * scale, hi * scale
+        if b is not None:
+            lo, hi = lo + b, hi + b
+        if accum.overflow == Overflow.WRAP:
+            r_lo, r_hi, hit = _overflow(lo, hi, accum)
+            return AccumulatorRows((lo, hi), (r_lo, r_hi), accum.frac, hit)
+        p_lo, p_hi = box_matmul(np.minimum(xl, 0), np.maximum(xh, 0), w_eff)  # sums of negative / positive ends
+        if b is not None:
+            p_lo, p_hi = p_lo + np.minimum(b, 0), p_hi + np.maximum(b, 0)
+        if not _leaves(p_lo * scale, p_hi * scale, accum):
+            return AccumulatorRows((lo, hi), (lo, hi), accum.frac, False)
+    return _accumulate_in_order(xl, xh, w, d, b, accum)
+
+
+def _leaves(lo: np.ndarray, hi: np.ndarray, t: FixedType) -> bool:
+    return bool(lo.size) and (min(lo.ravel()) < t.sat_min_code or max(hi.ravel()) > t.max_code)
+
+
+def _accumulate_in_order(xl: np.ndarray, xh: np.ndarray, w: np.ndarray, d: int, b: Optional[np.ndarray],
+                         accum: FixedType) -> AccumulatorRows:
+    """Bounds of the rule input by input, vectorised over rows and outputs (see :func:`accumulator_rows`)."""
+    xl, xh = compact(xl), compact(xh)
     n_in = w.shape[1]
-    lo, hi = box_matmul(x.lo.reshape(-1, n_in), x.hi.reshape(-1, n_in), w)
-    if bias is not None:
-        b = aligned_codes(n, bias, bias_type, frac, "bias")
-        lo, hi = lo + b, hi + b
+    mags = [signed_bits(int(v)) for a in (xl, xh, w) if a.size for v in (a.min(), a.max())]
+    bits = max(mags, default=1) * 2 + max(-d, 0) + clog2(max(n_in, 1)) + 2
+    if b is not None and b.size:
+        bits = max(bits, max(signed_bits(int(v)) for v in b) + 2)
+    wide = max(bits, accum.width + 2) > fixed.INT64_SAFE_BITS
+    as_int = (lambda a: objects(a)) if wide else (lambda a: np.asarray(a).astype(np.int64))  # noqa: E731
+    xl, xh, w = as_int(xl), as_int(xh), as_int(w)
+    shape = (xl.shape[0], w.shape[0])
+    zero = as_int(np.zeros(shape, dtype=np.int64))
+    ex_lo, ex_hi, part_lo, part_hi = zero, zero, zero, zero
+    seq_lo = seq_hi = zero
+    if b is not None:
+        bb = as_int(b)[None, :]
+        ex_lo, ex_hi = ex_lo + bb, ex_hi + bb
+        part_lo, part_hi = part_lo + np.minimum(bb, 0), part_hi + np.maximum(bb, 0)
+        seq_lo = seq_hi = fixed.apply_overflow(zero + bb, accum)
+    clamps = accum.overflow in (Overflow.SAT, Overflow.SAT_SYM)
+    for i in range(n_in):
+        a, c = xl[:, i:i + 1] * w[None, :, i], xh[:, i:i + 1] * w[None, :, i]
+        p_lo = round_to_accumulator(np.minimum(a, c), d, accum)
+        p_hi = round_to_accumulator(np.maximum(a, c), d, accum)
+        ex_lo, ex_hi = ex_lo + p_lo, ex_hi + p_hi
+        part_lo, part_hi = part_lo + np.minimum(p_lo, 0), part_hi + np.maximum(p_hi, 0)
+        if clamps:
+            seq_lo = fixed.apply_overflow(seq_lo + fixed.apply_overflow(p_lo, accum), accum)
+            seq_hi = fixed.apply_overflow(seq_hi + fixed.apply_overflow(p_hi, accum), accum)
+    ex_lo, ex_hi = objects(ex_lo), objects(ex_hi)
+    if accum.overflow == Overflow.WRAP:
+        r_lo, r_hi, hit = _overflow(ex_lo, ex_hi, accum)
+        return AccumulatorRows((ex_lo, ex_hi), (r_lo, r_hi), accum.frac, hit)
+    part_lo, part_hi = objects(part_lo), objects(part_hi)
+    if not _leaves(part_lo, part_hi, accum):
+        return AccumulatorRows((ex_lo, ex_hi), (ex_lo, ex_hi), accum.frac, False)
+    if clamps:
+        result = objects(seq_lo), objects(seq_hi)
+    else:  # SAT_ZERO: a zeroed partial sum is not monotone in the products; the whole range holds every result
+        result = (objects(np.full(shape, accum.min_code)), objects(np.full(shape, accum.max_code)))
+    return AccumulatorRows((part_lo, part_hi), result, accum.frac, True)
+
+
+def dense_accumulator_stage(n: Node, tensor: str, x: Bounds, w: np.ndarray, bias: Optional[np.ndarray],
+                            bias_type: Optional[FixedType], w_type: FixedType, accum: Optional[FixedType]) -> Stage:
+    """The accumulator stage of a Dense (or a LowRankDense half) on inputs ``x`` (:func:`accumulator_rows`)."""
+    n_in = w.shape[1]
+    rows = accumulator_rows(n, x.lo.reshape(-1, n_in), x.hi.reshape(-1, n_in), x.frac, w, w_type, bias, bias_type,
+                            accum)
     shape = x.lo.shape[:-1] + (w.shape[0],)
-    return Bounds(lo.reshape(shape), hi.reshape(shape), frac)
+    bounds = lambda pair: Bounds(pair[0].reshape(shape), pair[1].reshape(shape), rows.frac)  # noqa: E731
+    return Stage(n.name, tensor, "accumulator", accum, bounds(rows.exact), bounds(rows.result), rows.overflow)
 
 
 def kan_exact(n: KANLayer, x: Bounds) -> Bounds:

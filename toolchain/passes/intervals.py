@@ -12,6 +12,10 @@ Each node is seen as a chain of :class:`Stage` s, one per point where values are
 the accumulator(s), LowRankDense's intermediate, and the output. A stage records the exact values before
 the cast, the type, the values after it and whether the type's overflow mode can be triggered; the
 precision pass sizes accumulators from these, and ``check_precision`` reports the stages that overflow.
+Dense, LowRankDense and Conv accumulators follow hls4ml's rule (docs/ir.md): an accumulator with fewer
+fractional bits than the products gets the bounds of the rounded products, and a saturating one that some
+partial sum can push out of range is reported, with its result bounded by the sum in input order
+(``bounds.accumulator_rows``).
 """
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ from .bounds import (
     accumulator_stage,
     add_float,
     cast_stage,
-    dense_exact,
+    dense_accumulator_stage,
     dense_float,
     kan_exact,
     kan_float,
@@ -73,16 +77,15 @@ def node_stages(g: Graph, n: Node, env: Mapping[str, Bounds]) -> list[Stage]:
         up = lambda c, f: c * (1 << (frac - f))  # noqa: E731
         return [out(Bounds(up(a.lo, a.frac) + up(b.lo, b.frac), up(a.hi, a.frac) + up(b.hi, b.frac), frac))]
     if isinstance(n, Dense):
-        acc = accumulator_stage(n, f"{n.name}.accum", dense_exact(n, x, n.weight, n.bias, n.bias_type,
-                                                                     typed(n, n.weight_type, "weight_type")),
-                                 n.accum_type)
+        acc = dense_accumulator_stage(n, f"{n.name}.accum", x, n.weight, n.bias, n.bias_type,
+                                      typed(n, n.weight_type, "weight_type"), n.accum_type)
         return [acc, out(acc.result)]
     if isinstance(n, LowRankDense):
-        acc_v = accumulator_stage(n, f"{n.name}.accum_v",
-                                   dense_exact(n, x, n.v, None, None, typed(n, n.v_type, "v_type")), n.accum_v_type)
+        acc_v = dense_accumulator_stage(n, f"{n.name}.accum_v", x, n.v, None, None, typed(n, n.v_type, "v_type"),
+                                        n.accum_v_type)
         mid = cast_stage(n.name, f"{n.name}.mid", "intermediate", acc_v.result, n.mid_type)
-        acc = accumulator_stage(n, f"{n.name}.accum", dense_exact(n, mid.result, n.u, n.bias, n.bias_type,
-                                                                     typed(n, n.u_type, "u_type")), n.accum_type)
+        acc = dense_accumulator_stage(n, f"{n.name}.accum", mid.result, n.u, n.bias, n.bias_type,
+                                      typed(n, n.u_type, "u_type"), n.accum_type)
         return [acc_v, mid, acc, out(acc.result)]
     if isinstance(n, KANLayer):
         typed(n, n.coeff_type, "coeff_type")

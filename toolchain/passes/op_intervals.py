@@ -42,9 +42,9 @@ from .bounds import (
     Bounds,
     IntervalError,
     Stage,
+    accumulator_rows,
     accumulator_stage,
     aligned_codes,
-    box_matmul,
     dense_float,
     finite,
     objects,
@@ -97,9 +97,11 @@ def _rounding_error(*values: np.ndarray) -> np.ndarray:
 def fixed_stages(g: Graph, n: Node, xs: list[Bounds], out: Callable[[Bounds], Stage]) -> list[Stage]:
     """The stages of ``n`` on fixed-point inputs ``xs``; ``out`` casts exact bounds into the output tensor's type."""
     x = xs[0]
-    if isinstance(n, (Conv, ScaleShift)):
-        exact = _conv_exact(g, n, x) if isinstance(n, Conv) else _scale_shift_exact(n, x)
-        acc = accumulator_stage(n, f"{n.name}.accum", exact, n.accum_type)
+    if isinstance(n, Conv):
+        acc = _conv_accumulator(g, n, x)
+        return [acc, out(acc.result)]
+    if isinstance(n, ScaleShift):
+        acc = accumulator_stage(n, f"{n.name}.accum", _scale_shift_exact(n, x), n.accum_type)
         return [acc, out(acc.result)]
     rule = _FIXED.get(n.OP)
     if rule is None:
@@ -107,27 +109,27 @@ def fixed_stages(g: Graph, n: Node, xs: list[Bounds], out: Callable[[Bounds], St
     return [out(rule(g, n, xs))]
 
 
-def _conv_exact(g: Graph, n: Conv, x: Bounds) -> Bounds:
-    """Every output position is a Dense stage over its window; a padding tap reads code 0 exactly."""
+def _conv_accumulator(g: Graph, n: Conv, x: Bounds) -> Stage:
+    """Every output position is a Dense stage over its window (a padding tap reads code 0 exactly), its taps in
+    the C order of (C_in / groups, *kernel) as the accumulation rule adds them (:func:`.bounds.accumulator_rows`)."""
     wt = typed(n, n.weight_type, "weight_type")
     lo_w, idx = _windows(x.lo, n, 0)
     hi_w, _ = _windows(x.hi, n, 0)
     positions, taps = idx.shape
     cg, og = n.weight.shape[1], n.out_channels // n.groups
-    los, his = [], []
+    parts = []
     for grp in range(n.groups):
         rows = lambda a: a[grp * cg:(grp + 1) * cg].transpose(1, 0, 2).reshape(positions, cg * taps)  # noqa: E731
         w = np.asarray(n.weight[grp * og:(grp + 1) * og], dtype=np.int64).reshape(og, cg * taps)
-        lo, hi = box_matmul(rows(lo_w), rows(hi_w), w)  # (positions, og)
-        los.append(lo)
-        his.append(hi)
-    frac = x.frac + wt.frac
-    lo, hi = np.concatenate(los, axis=1).T, np.concatenate(his, axis=1).T  # (C_out, positions)
-    if n.bias is not None:
-        b = aligned_codes(n, n.bias, n.bias_type, frac, "bias")[:, None]
-        lo, hi = lo + b, hi + b
+        bias = None if n.bias is None else np.asarray(n.bias)[grp * og:(grp + 1) * og]
+        parts.append(accumulator_rows(n, rows(lo_w), rows(hi_w), x.frac, w, wt, bias, n.bias_type, n.accum_type))
     shape = g.tensors[n.output].shape
-    return Bounds(lo.reshape(shape), hi.reshape(shape), frac)
+    join = lambda k, j: np.concatenate([getattr(p, k)[j] for p in parts], axis=1).T.reshape(shape)  # noqa: E731
+    frac = parts[0].frac
+    exact = Bounds(join("exact", 0), join("exact", 1), frac)
+    result = Bounds(join("result", 0), join("result", 1), frac)
+    return Stage(n.name, f"{n.name}.accum", "accumulator", n.accum_type, exact, result,
+                 any(p.overflow for p in parts))
 
 
 def _pool_exact(g: Graph, n: Pool, xs: list[Bounds]) -> Bounds:

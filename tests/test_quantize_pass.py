@@ -41,7 +41,9 @@ def test_parse_precision_reads_per_layer_overrides():
     assert spec.lookup("fc1", "bias") is None  # derived from the accumulator
 
 
-@pytest.mark.parametrize("text", ["8", "w4a16", f"weight={T8},act={T16}", f"w8a16,fc1.weight={T8},fc2.mid=10"])
+@pytest.mark.parametrize("text", ["8", "w4a16", f"weight={T8},act={T16}", f"w8a16,fc1.weight={T8},fc2.mid=10",
+                                  "ap_fixed<16,6>", "ap_fixed<16,6>,accum=auto,fc1.accum=fixed<24,10>,fc2.accum=auto",
+                                  f"w8a8,bias=12,accum={T16}", f"ap_ufixed<8,0>,weight={T8},act=10,fc1.bias={T16}"])
 def test_a_spec_prints_back_to_text_that_parses_to_it(text):
     spec = parse_precision(text)
     assert parse_precision(str(spec)) == spec
@@ -61,6 +63,15 @@ def test_a_spec_prints_back_to_text_that_parses_to_it(text):
     ("w8a8,fc1.weigth=4", "fc1.weigth=4", "neither"),
     ("w8a8,fc1.weight=fixed<8,2,RND_WRONG,SAT>", "fc1.weight=fixed<8,2,RND_WRONG,SAT>", "unknown rounding"),
     ("w8a8,fc1.act=4,fc1.act=5", None, "fc1.act is given twice"),
+    ("8,accum=16", "accum=16", "give a TYPE"),
+    ("8,fc1.accum=16", "fc1.accum=16", "give a TYPE"),
+    ("w8a8,fc1.act=auto", "fc1.act=auto", "for accumulators only"),
+    ("ap_fixed<16,6>,fixed<8,3>", "fixed<8,3>", "a bare TYPE) is given twice"),
+    ("8,accum=auto,accum=fixed<24,8>", "accum=fixed<24,8>", "accumulator type is given twice"),
+    ("ap_fixed<16>", "ap_fixed<16>", "2 to 5 template arguments"),
+    ("fixd<16,6>", "fixd<16,6>", "a TYPE for everything"),
+    ("accum=fixed<24,8>,bias=8", None, "no weight precision"),
+    ("8,fc1.acc=fixed<24,8>", "fc1.acc=fixed<24,8>", "accum"),
 ])
 def test_parse_precision_rejects_garbage_naming_the_part_and_showing_the_grammar(text, part, problem):
     with pytest.raises(PrecisionSpecError) as e:
@@ -79,6 +90,31 @@ def test_precision_spec_validates_on_construction():
         PrecisionSpec(8, 40)
     with pytest.raises(PrecisionSpecError, match="neither"):
         PrecisionSpec(8, 8, (("fc1", 4),))
+    assert PrecisionSpec(default="ap_fixed<16,6>").lookup("fc1", "accum") == FixedType(16, 6)
+    with pytest.raises(PrecisionSpecError, match="give a TYPE"):
+        PrecisionSpec(default="ap_fixed<16,6>", accum=16)
+    with pytest.raises(PrecisionSpecError, match="no activation precision"):
+        PrecisionSpec(weight=8, accum="fixed<24,8>")
+
+
+def test_a_bare_type_is_every_weight_bias_activation_and_accumulator():
+    spec = parse_precision("ap_fixed<16,6>")
+    t = FixedType(16, 6)
+    assert spec.default == t and (spec.weight, spec.act, spec.bias, spec.accum) == (None,) * 4
+    assert all(spec.lookup("fc1", f) == t for f in ("weight", "bias", "act", "mid", "accum"))
+
+
+def test_other_items_override_the_bare_type_whatever_their_order():
+    text = "fc1.accum=ap_fixed<24,10>,weight=fixed<8,3>,ap_fixed<16,6>,fc2.accum=auto,bias=12,accum=fixed<30,12>"
+    spec = parse_precision(text)
+    t = FixedType(16, 6)
+    assert spec.lookup("fc1", "weight") == FixedType(8, 3) and spec.lookup("fc1", "act") == t
+    assert spec.lookup("fc1", "bias") == 12 and spec.lookup("fc3", "mid") == t
+    assert spec.lookup("fc1", "accum") == FixedType(24, 10) and spec.lookup("fc2", "accum") is None
+    assert spec.lookup("fc3", "accum") == FixedType(30, 12)
+    widths = parse_precision("8,ap_fixed<16,6>")
+    assert [widths.lookup("fc1", f) for f in ("weight", "act", "bias", "accum")] == [8, 8, t, t]
+    assert parse_precision("ap_fixed<16,6>,accum=auto").lookup("fc1", "accum") is None
 
 
 # -- integer bits from the data ------------------------------------------------------------------
@@ -268,3 +304,73 @@ def test_width_only_activations_need_a_range():
 def test_a_bias_type_finer_than_the_accumulator_is_refused():
     with pytest.raises(QuantizeError, match=r"fc1.*more than the exact sum.*fc1.accum=TYPE"):
         quantize_graph(float_mlp(), "w8a8,fc1.bias=fixed<16,-10,RND_CONV,SAT>")
+
+
+# -- hls4ml's vocabulary: one type everywhere, accumulators -------------------------------------------------
+
+def low_rank_kan(seed: int = 5) -> ir.Graph:
+    rng = np.random.default_rng(seed)
+    g = ir.sequential("mixed", ir.TensorSpec("x", (4,)), [
+        (ir.LowRankDense("lr", ("x",), ("h",), u=rng.normal(size=(5, 2)).astype(np.float32),
+                         v=rng.normal(size=(2, 4)).astype(np.float32),
+                         bias=rng.normal(size=5).astype(np.float32)), ir.TensorSpec("h", (5,))),
+        (ir.ScaleShift("bn", ("h",), ("s",), scale=(1 + rng.normal(size=5) * 0.1).astype(np.float32),
+                       shift=(rng.normal(size=5) * 0.1).astype(np.float32)), ir.TensorSpec("s", (5,))),
+        (ir.KANLayer("kan", ("s",), ("y",), coeffs=rng.normal(size=(3, 5, 8)).astype(np.float32), grid_lo=-4.0,
+                     grid_hi=4.0, grid_size=5, order=3), ir.TensorSpec("y", (3,)))])
+    g.metadata["input_range"] = [-1.0, 1.0]
+    return ir.validate(g)
+
+
+def test_a_bare_type_lands_exactly_on_every_weight_bias_and_tensor():
+    t = parse_type("ap_fixed<16,6>")
+    q = quantize_graph(float_mlp(), "ap_fixed<16,6>,accum=auto")
+    assert all(q.tensors[name].dtype == t for name in ("x_q", "h", "r", "y"))  # the ReLU's output stays signed
+    for name in ("fc1", "fc2"):
+        n = q.node(name)
+        assert (n.weight_type, n.bias_type) == (t, t)
+        assert n.accum_type.frac == 2 * t.frac and n.accum_type.overflow == Overflow.WRAP  # inferred: exact
+
+
+def test_accumulator_types_land_exactly_on_their_layers():
+    # x: fixed<8,3> (frac 5), W: fixed<8,2> (frac 6): exact sums at frac 11, the frac these accumulators have
+    spec = f"weight={T8},act=fixed<8,3,RND_CONV,SAT>,accum=fixed<24,13,TRN,SAT>,fc1.accum=fixed<30,19>"
+    q = quantize_graph(float_mlp(), spec)
+    assert q.node("fc1").accum_type == parse_type("fixed<30,19>")
+    assert q.node("fc2").accum_type == parse_type("fixed<24,13,TRN,SAT>")
+    # lr: x and mid fixed<16,5> (frac 11), u and v fixed<10,3> (frac 7); kan: coeffs frac 7 + basis frac 10
+    spec = "weight=fixed<10,3>,act=fixed<16,5>,lr.accum=fixed<40,22>,kan.accum=fixed<40,23>"
+    q = quantize_graph(low_rank_kan(), spec)
+    lr, kan = q.node("lr"), q.node("kan")
+    assert lr.accum_v_type == lr.accum_type == parse_type("fixed<40,22>")
+    assert kan.accum_type == parse_type("fixed<40,23>") and kan.basis_type.frac == 10
+    assert q.node("bn").accum_type is not None  # inferred
+
+
+def test_the_global_accum_leaves_kan_and_scale_shift_accumulators_to_inference():
+    spec = "weight=fixed<10,3>,act=fixed<16,5>,accum=fixed<40,22>"
+    q = quantize_graph(low_rank_kan(), spec)
+    assert q.node("lr").accum_type == parse_type("fixed<40,22>")
+    kan, bn = q.node("kan"), q.node("bn")
+    assert kan.accum_type.frac == kan.coeff_type.frac + kan.basis_type.frac == 17
+    assert bn.accum_type.frac == q.tensors["h"].dtype.frac + bn.scale_type.frac
+
+
+def test_accumulator_overrides_the_pass_cannot_follow_are_refused():
+    spec = "weight=fixed<10,3>,act=fixed<16,5>"
+    with pytest.raises(QuantizeError, match=r"KANLayer 'kan': accumulator type fixed<40,22,TRN,WRAP> has 18 "
+                                            r"fractional bits.*= 7 \+ 10 = 17.*kan.accum=auto"):
+        quantize_graph(low_rank_kan(), f"{spec},kan.accum=fixed<40,22>")
+    with pytest.raises(QuantizeError, match="'bn.accum': ScaleShift 'bn' has no accumulator.*BatchNormalization"):
+        quantize_graph(low_rank_kan(), f"{spec},bn.accum=fixed<40,22>")
+    with pytest.raises(QuantizeError, match="'relu.accum': ReLU 'relu' has no accumulator"):
+        quantize_graph(float_mlp(), "8,relu.accum=fixed<24,8>")
+    with pytest.raises(QuantizeError, match="no node 'x'"):
+        quantize_graph(float_mlp(), "8,x.accum=fixed<24,8>")
+
+
+def test_explicit_types_are_not_refitted():
+    # A width would get integer bits from the data and an unsigned type after the ReLU; a type is kept as typed.
+    q = quantize_graph(float_mlp(), f"w8a8,relu.act={T16},fc1.bias=fixed<20,12,RND_CONV,SAT>")
+    assert q.tensors["r"].dtype == parse_type(T16)
+    assert q.node("fc1").bias_type == parse_type("fixed<20,12,RND_CONV,SAT>")

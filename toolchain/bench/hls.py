@@ -1,15 +1,17 @@
 """``bitforge bench hls``: what the HLS backend costs and how fast its C simulation runs, against the golden model.
 
-Per design: the conversion to hls4ml plus writing the project (what ``compile --to hls`` does before g++), the g++
-build of hls4ml's C-simulation library (once), then the C simulation and the golden model (:mod:`..emulate`) on the
-same batch in the same process, as samples/s and their ratio, with every output compared code for code. The C
-simulation is hls4ml's own ``predict`` (one ctypes call per sample, as an hls4ml user runs it), so its samples/s is
-what checking a model through hls4ml costs, not what the firmware would do on a chip. No vendor tool runs here.
+Per design: generating and writing the HLS project (for a model: the conversion to hls4ml and hls4ml's project, as
+``compile --to hls`` writes it), the g++ build of its C simulation (once), then the C simulation and the golden
+model on the same inputs in the same process, as samples/s and their ratio, with every output compared code for
+code. No vendor tool runs here: these are C simulations built with g++, not what the firmware does on a chip.
 
-Designs (:data:`DESIGNS`): the jet MLP at its QAT types, the digits CNN at ``--precision 8`` (its softmax head
-needs a bitforge extension layer; without one the row is the ``--softmax argmax`` head, and without that either
-it is ``n/a`` with the reason), and the T1 online learner, whose HLS C simulation runs a whole trajectory
-(:mod:`..backends.hls.learner`).
+Designs (:data:`DESIGNS`): the jet MLP at its QAT types and the digits CNN at ``--precision 8`` through hls4ml;
+their C simulation is hls4ml's own ``predict`` (one ctypes call per sample, as an hls4ml user runs it) against
+:func:`..emulate.run`. The digits CNN's softmax head needs a bitforge extension layer; without one its row is the
+``--softmax argmax`` head, and without that either it is ``n/a`` with the reason. The T1 online learner's HLS C++
+comes from bitforge's learner templates (:mod:`..backends.hls.learner`); its C simulation is the testbench's own
+loop over a whole trajectory (C++ only) against the golden learner (:func:`..learn.emulate.run`), predictions,
+final state and LFSR lanes compared.
 """
 from __future__ import annotations
 
@@ -70,6 +72,8 @@ class HlsRow:
     batch: int
     repeats: int
     status: str = "ok"  # ok | mismatch | n/a
+    flow: str = "hls4ml"  # what wrote the HLS C++: hls4ml, or bitforge's learner templates
+    csim_timing: str = "hls4ml's predict (one ctypes call per sample)"
     note: Optional[str] = None
     head: Optional[str] = None  # digits-cnn: "softmax" or "argmax" (the --softmax argmax fallback)
     layers: Optional[int] = None  # hls4ml layers in the project
@@ -84,6 +88,8 @@ class HlsRow:
     vectors: Optional[int] = None
     mismatches: Optional[int] = None
     first_mismatch: Optional[dict] = None
+    state_mismatches: Optional[int] = None  # learner: stored coefficients that differ after the trajectory
+    lane_mismatches: Optional[int] = None  # learner: LFSR lanes that differ (stochastic rounding)
 
 
 def parse_designs(text: Optional[str]) -> list[str]:
@@ -133,7 +139,6 @@ def _graphs(design: HlsDesign, seed: int):
 def _build(design: HlsDesign, options, seed: int, tmp: Path, progress: Callable[[str], None]):
     """Convert and write the first graph of the design hls4ml takes; returns ``(head, graph, model, seconds,
     notes)`` or, when none converts, ``(None, None, None, None, reasons)``."""
-    from ..backends.hls.convert import HlsError
     from ..backends.hls.project import build_model, write_project
 
     reasons = []
@@ -145,7 +150,7 @@ def _build(design: HlsDesign, options, seed: int, tmp: Path, progress: Callable[
         try:
             hm = build_model(g, options, tmp / f"prj{i}")
             write_project(hm, tmp / f"out{i}")
-        except HlsError as e:
+        except BitforgeError as e:  # HlsError, or an extension layer's refusal: the reason, named by the error
             reasons.append(f"{head or 'graph'}: {e}")
             continue
         except ModuleNotFoundError as e:
@@ -189,20 +194,62 @@ def _graph_row(design: HlsDesign, batch: int, repeats: int, seed: int, options,
     row.vectors, row.mismatches = cmp.vectors, cmp.mismatches
     row.first_mismatch = cmp.first_mismatch
     row.status = "ok" if cmp.mismatches == 0 else "mismatch"
-    row.csim_samples_per_s = batch / row.csim_seconds_median
-    row.golden_samples_per_s = batch / row.golden_seconds_median
-    row.golden_over_csim = row.golden_samples_per_s / row.csim_samples_per_s
+    _rates(row)
     return row
 
 
 def _learner_row(design: HlsDesign, batch: int, repeats: int, seed: int, options,
                  progress: Callable[[str], None]) -> HlsRow:
-    """The T1 learner: its HLS C simulation over a trajectory of ``batch`` steps against the golden learner.
-    TODO(issue 19): call the one function of :mod:`..backends.hls.learner` that builds once and runs a trajectory
-    (times and mismatch counts) once it exists; until then the row says so."""
-    row = HlsRow(design.name, design.precision, options.backend, options.io, options.strategy, batch, repeats)
-    row.status, row.note = "n/a", "learner HLS not built yet"
+    """The T1 learner (``bitforge learn t1``'s reference KAN) on a T1 stream of ``batch`` steps: its HLS C++
+    (:mod:`..backends.hls.learner`, bitforge's templates, not hls4ml) written and built with g++ once, then
+    :func:`~..backends.hls.learner.csim_vs_golden` per run: the testbench's loop over the trajectory against the
+    golden learner (:func:`..learn.emulate.run`), every prediction, the final state and the LFSR lanes compared."""
+    from ..backends.hls import learner as hls_learner
+    from ..fixed import quantize
+    from ..learn.commands import LearnOptions, resolve
+    from ..learn.run import format_label
+    from ..learn.spec import build_learner
+    from bitforge.models.online_tasks import TaskError
+
+    row = HlsRow(design.name, design.precision, "vitis", "n/a", "n/a", batch, repeats,
+                 flow="bitforge learner templates", csim_timing="the testbench's loop over the steps (C++ only)")
+    try:
+        spec, task = resolve(LearnOptions(task="t1", samples=batch, seed=seed))
+    except TaskError as e:
+        row.status, row.note = "n/a", f"--batch {batch}: {e}"
+        return row
+    learner = build_learner(spec, name="t1-kan")
+    f = spec.formats
+    x, t = quantize(task.x, f.input), quantize(task.target, f.datapath)
+    row.precision = format_label(f.datapath, spec.rule.rounding)
+    row.ir_ops = [type(n).__name__ for n in learner.layers()]
+    row.layers = len(row.ir_ops)
+    with tempfile.TemporaryDirectory(prefix="bitforge-bench-hls-") as tmp:
+        work = Path(tmp) / "t1"
+        progress(f"{design.name}: writing the HLS learner (KAN {list(spec.sizes)}, {row.precision})")
+        t0 = time.perf_counter()
+        hls_learner.write_hls_learner(learner, work)
+        row.convert_write_s = time.perf_counter() - t0
+        progress(f"{design.name}: building its C simulation with g++")
+        build = hls_learner.build_csim(work)
+        row.gxx_compile_s = build.seconds
+        progress(f"{design.name}: C simulation vs golden learner, {batch:,} steps, warm-up + median of {repeats}")
+        runs = [hls_learner.csim_vs_golden(learner, x, t, work=work, build=build) for _ in range(1 + repeats)]
+    first = runs[0]
+    row.vectors, row.mismatches, row.first_mismatch = first["vectors"], first["mismatches"], first["first_mismatch"]
+    row.state_mismatches, row.lane_mismatches = first["state_mismatches"], first["lane_mismatches"]
+    bad = any(r[k] for r in runs for k in ("mismatches", "state_mismatches", "lane_mismatches"))
+    row.status = "mismatch" if bad else "ok"
+    row.csim_seconds_median = float(np.median([r["csim_seconds"] for r in runs[1:]]))
+    row.golden_seconds_median = float(np.median([r["golden_seconds"] for r in runs[1:]]))
+    _rates(row)
     return row
+
+
+def _rates(row: HlsRow) -> None:
+    row.csim_samples_per_s = row.vectors / row.csim_seconds_median
+    row.golden_samples_per_s = row.vectors / row.golden_seconds_median
+    row.golden_over_csim = row.golden_samples_per_s / row.csim_samples_per_s
 
 
 def bench_design(name: str, batch: int = DEFAULT_BATCH, repeats: int = DEFAULT_REPEATS, seed: int = 0,
@@ -262,18 +309,24 @@ def _num(v: Optional[float], fmt: str) -> str:
     return "n/a" if v is None else format(v, fmt)
 
 
+def _flow(r: HlsRow) -> str:
+    if r.flow == "hls4ml":
+        return f"hls4ml {r.backend}/{r.io}/{r.strategy}"
+    return f"bitforge ({r.backend})"
+
+
 def table(rows: Sequence[HlsRow]):
     """The rows as one rich table; a caption gives each n/a row's reason and each substituted head."""
     from rich import box
     from rich.table import Table
 
     batch = f", batch {rows[0].batch:,}, median of {rows[0].repeats}" if rows else ""
-    t = Table(title=f"bench hls: hls4ml C simulation vs golden model{batch}", title_justify="left",
+    t = Table(title=f"bench hls: HLS C simulation vs golden model{batch}", title_justify="left",
               box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False, show_edge=False)
-    cols = ("design", "hls4ml", "layers", "convert+write s", "g++ s", "C-sim/s", "golden/s", "golden/C-sim",
+    cols = ("design", "HLS C++", "layers", "convert+write s", "g++ s", "C-sim/s", "golden/s", "golden/C-sim",
             "vectors", "mismatches")
     for col in cols:
-        t.add_column(col, justify="left" if col in ("design", "hls4ml") else "right", no_wrap=True)
+        t.add_column(col, justify="left" if col in ("design", "HLS C++") else "right", no_wrap=True)
     notes = []
     for r in rows:
         name = r.design if r.precision is None else f"{r.design} @{r.precision}"
@@ -281,13 +334,18 @@ def table(rows: Sequence[HlsRow]):
             name += " (argmax)"
         if r.note:
             notes.append(f"{r.design}: {r.note}")
+        if r.state_mismatches is not None:
+            notes.append(f"{r.design}: mismatches counts predictions; after the trajectory {r.state_mismatches} "
+                         f"stored codes and {r.lane_mismatches} LFSR lanes differ")
         if r.status == "n/a":
-            t.add_row(name, f"{r.backend}/{r.io}/{r.strategy}", *(["n/a"] * (len(cols) - 2)))
+            t.add_row(name, _flow(r), *(["n/a"] * (len(cols) - 2)))
             continue
-        t.add_row(name, f"{r.backend}/{r.io}/{r.strategy}", str(r.layers), _num(r.convert_write_s, ".2f"),
+        t.add_row(name, _flow(r), str(r.layers), _num(r.convert_write_s, ".2f"),
                   _num(r.gxx_compile_s, ".1f"), _num(r.csim_samples_per_s, ",.0f"),
-                  _num(r.golden_samples_per_s, ",.0f"), _num(r.golden_over_csim, ".1f"),
+                  _num(r.golden_samples_per_s, ",.0f"), _num(r.golden_over_csim, ".3g"),
                   _num(r.vectors, ","), _num(r.mismatches, ","))
+    timings = sorted({(_flow(r).split()[0], r.csim_timing) for r in rows if r.status != "n/a"})
+    notes += [f"C-sim/s of {flow}: {how}" for flow, how in timings]
     if notes:
         t.caption = "\n".join(notes)
         t.caption_justify = "left"

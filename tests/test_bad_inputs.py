@@ -196,6 +196,12 @@ CASES = {
     "compile precision unknown node": bad("compile m.onnx -o {out} --input-range=-1,1 --precision w8a16,fc9.weight=4",
                                           "fc9", setup=onnx_file(ONNX)),
     "compile precision twice": bad("compile m.onnx -o {out} --precision 8,w8a16", "twice", setup=onnx_file(ONNX)),
+    "compile precision accum width": bad("compile m.onnx -o {out} --precision 8,accum=16", "accum=16", "TYPE",
+                                         setup=onnx_file(ONNX)),
+    "compile precision auto act": bad("compile m.onnx -o {out} --precision w8a8,act=auto", "act=auto",
+                                      "accumulators only", setup=onnx_file(ONNX)),
+    "compile precision two bare types": bad("compile m.onnx -o {out} --precision 'ap_fixed<16,6>,ap_fixed<8,3>'",
+                                            "ap_fixed<8,3>", "twice", setup=onnx_file(ONNX)),
     "compile precision without range": bad("compile m.onnx -o {out} --precision w8a16", "--input-range",
                                            setup=onnx_file(ONNX)),
     "compile type too narrow": bad("compile m.onnx -o {out} --input-range=-2,2 --precision "

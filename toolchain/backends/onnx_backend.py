@@ -28,6 +28,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from .. import fixed
+from ..accumulate import accumulation_plan, convert_bias, rounded_bias
 from ..bspline import basis_table
 from ..errors import BitforgeError
 from ..fixed import FixedType, Rounding
@@ -51,6 +52,7 @@ from .onnx_int64 import (
     Builder,
     IntVal,
     OnnxExportError,
+    accumulate_products,
     matmul_const,
     overflow,
     quantize,
@@ -77,18 +79,38 @@ class OnnxRunError(BitforgeError):
     """Inputs that the exported model cannot take (wrong name, dtype, shape, codes outside the type)."""
 
 
-def _dense_stage(b: Builder, x: IntVal, w: np.ndarray, bias: Optional[np.ndarray], bias_type: Optional[FixedType],
-                 accum: FixedType, out: FixedType, hint: str) -> IntVal:
-    """``emulate.dense_stage``: exact ``W x + b`` at the accumulator's frac, its overflow, requantize."""
-    acc = matmul_const(b, x, w, hint)
+def _dense_stage(b: Builder, x: IntVal, x_type: FixedType, w: np.ndarray, w_type: FixedType,
+                 bias: Optional[np.ndarray], bias_type: Optional[FixedType], accum: FixedType, out: FixedType,
+                 hint: str) -> IntVal:
+    """``emulate.dense_stage``: the accumulation rule, then requantize. Where the rule is the exact sum with one
+    overflow (``accumulate.accumulation_plan`` for the input's proven interval), one int64 MatMul; else the
+    products one by one (:func:`.onnx_int64.accumulate_products`)."""
+    plan = accumulation_plan(x_type, w, w_type, bias, bias_type, accum, (x.lo, x.hi))
+    if plan.exact:
+        acc = _exact_accumulator(b, x, w, plan.shift, bias, bias_type, accum, hint)
+    else:
+        xe = IntVal(b.op("Unsqueeze", [x.name, b.i64s([-2])]), x.lo, x.hi)  # (..., 1, in)
+        converted = None if bias is None else convert_bias(bias, bias_type, accum)
+        acc = accumulate_products(b, xe, w, w.shape[1], plan.shift, converted, accum, plan.saturates, hint)
+    return requantize(b, acc, accum, out)
+
+
+def _exact_accumulator(b: Builder, x: IntVal, w: np.ndarray, shift: int, bias: Optional[np.ndarray],
+                       bias_type: Optional[FixedType], accum: FixedType, hint: str) -> IntVal:
+    """The exact sum at the accumulator's LSB (products shifted there exactly: ``shift`` bits that every weight
+    code has as trailing zeros, or ``-shift`` appended), the bias aligned exactly, one overflow."""
+    w = np.asarray(w).astype(object)
+    w = w // (1 << shift) if shift > 0 else w * (1 << -shift)
+    if w.size and max(abs(int(v)) for v in w.ravel()) > INT64_MAX:
+        raise b.fail(f"{hint}: weights aligned to the accumulator {accum} do not fit int64")
+    acc = matmul_const(b, x, w.astype(np.int64), hint)
     if bias is not None:
-        aligned = np.asarray(bias).astype(object) * (1 << (accum.frac - bias_type.frac))
+        aligned = rounded_bias(bias, bias_type, accum).astype(object)  # exact here: the plan rounds nothing
         if aligned.size and max(abs(int(v)) for v in aligned) > INT64_MAX:
             raise b.fail(f"bias aligned to the accumulator {accum} does not fit int64")
         name = b.op("Add", [acc.name, b.array("bias_aligned", aligned.astype(np.int64))])
         acc = b.checked(name, acc.lo + int(min(aligned)), acc.hi + int(max(aligned)), "accumulator with bias")
-    acc = overflow(b, acc, accum)
-    return requantize(b, acc, accum, out)
+    return overflow(b, acc, accum)
 
 
 def _kan_fixed(b: Builder, n: KANLayer, x: IntVal, out: FixedType) -> IntVal:
@@ -152,10 +174,12 @@ def _lower_fixed(b: Builder, g: Graph, n: Node, args: list) -> IntVal:
         a1 = b.mul_const(args[1], 1 << (st.frac - ins[1].frac), "aligned operand")
         return requantize(b, b.add(a0, a1, "exact sum"), st, out)
     if isinstance(n, Dense):
-        return _dense_stage(b, x, n.weight, n.bias, n.bias_type, n.need("accum_type", *UNTYPED), out, "weight")
+        return _dense_stage(b, x, ins[0], n.weight, n.weight_type, n.bias, n.bias_type,
+                            n.need("accum_type", *UNTYPED), out, "weight")
     if isinstance(n, LowRankDense):
-        h = _dense_stage(b, x, n.v, None, None, n.need("accum_v_type", *UNTYPED), n.mid_type, "v")
-        return _dense_stage(b, h, n.u, n.bias, n.bias_type, n.need("accum_type", *UNTYPED), out, "u")
+        h = _dense_stage(b, x, ins[0], n.v, n.v_type, None, None, n.need("accum_v_type", *UNTYPED), n.mid_type, "v")
+        return _dense_stage(b, h, n.mid_type, n.u, n.u_type, n.bias, n.bias_type, n.need("accum_type", *UNTYPED),
+                            out, "u")
     if isinstance(n, KANLayer):
         return _kan_fixed(b, n, x, out)
     rule = onnx_layers.FIXED_RULES.get(n.OP)

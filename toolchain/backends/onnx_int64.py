@@ -382,3 +382,51 @@ def matmul_const(b: Builder, x: IntVal, w: np.ndarray, hint: str) -> IntVal:
     lo, hi = matmul_interval(b, x, w, hint)
     name = b.op("MatMul", [x.name, b.array(f"{hint}_t", np.asarray(w, dtype=np.int64).T)])
     return IntVal(name, lo, hi)
+
+
+#: Inputs a layer may have when a saturating accumulator must add them one by one (an Add and an overflow op
+#: per input); beyond it the graph grows past what is reasonable to build and run.
+MAX_SEQUENTIAL_INPUTS = 512
+
+
+def accumulate_products(b: Builder, x: IntVal, w: np.ndarray, n_in: int, shift: int,
+                        bias: Optional[np.ndarray], accum: FixedType, in_order: bool, hint: str) -> IntVal:
+    """hls4ml's accumulation (``accumulate.dense_accumulator``) where it is not one matrix product.
+
+    ``x`` holds codes shaped ``(..., 1, in)`` and ``w`` int64 weights that broadcast against it to
+    ``(..., out, in)`` (the products' tensor); ``bias`` is already converted to the accumulator (its codes,
+    shaped to broadcast against ``(..., out)``), or None. Every product is rounded to the accumulator's LSB as
+    ``fixed.shift_round`` does (``shift`` = frac(x) + frac(W) - frac(accum); a negative one is an exact left
+    shift). Then either the products are summed (``ReduceSum``) and the accumulator's overflow applied once
+    (WRAP is modular, and a caller passes ``in_order=False`` for a saturating mode only when nothing can
+    saturate), or, ``in_order``, each is brought into range and added to the bias in input order, one Add and
+    one overflow per input.
+    """
+    w = np.asarray(w, dtype=np.int64)
+    products = b.mul_array(x, f"{hint}_products", w, "products")
+    if shift > 0:
+        products = shift_round(b, products, shift, accum.rounding)
+    elif shift < 0:
+        products = shift_left(b, products, -shift, accum)
+    acc: Optional[IntVal] = None
+    if bias is not None:
+        bias = np.asarray(bias).astype(object)
+        acc = IntVal(b.array(f"{hint}_bias_converted", bias.astype(np.int64)), int(bias.min()), int(bias.max()))
+    if in_order:
+        if n_in > MAX_SEQUENTIAL_INPUTS:
+            raise b.fail(f"the accumulator {accum} may saturate a partial sum, so its {n_in} inputs must be added one "
+                         f"by one (an Add and a {accum.overflow.value} per input); the ONNX backend does that for up "
+                         f"to {MAX_SEQUENTIAL_INPUTS} inputs. Give the layer a WRAP accumulator (or one wide enough "
+                         "never to saturate), or compile it --to hls")
+        products = overflow(b, products, accum)
+        for i in range(n_in):
+            p = IntVal(b.op("Gather", [products.name, b.i64(i)], axis=-1), products.lo, products.hi)
+            acc = p if acc is None else overflow(b, b.add(acc, p, "partial sum"), accum)
+        return acc
+    if accum.overflow == Overflow.WRAP and n_in * products.magnitude > INT64_MAX:
+        products = overflow(b, products, accum)  # modular: wrapping each product first changes no result
+    total = b.checked(b.reduce("ReduceSum", products.name, -1, keepdims=False), n_in * min(products.lo, 0),
+                      n_in * max(products.hi, 0), "sum of rounded products")
+    if acc is not None:
+        total = b.add(total, acc, "accumulator with bias")
+    return overflow(b, total, accum)

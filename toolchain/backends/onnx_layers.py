@@ -25,6 +25,7 @@ import numpy as np
 from onnx import TensorProto
 
 from .. import emulate
+from ..accumulate import accumulation_plan, convert_bias, rounded_bias
 from ..fixed import FixedType
 from ..ir import (
     ArgMax,
@@ -47,6 +48,7 @@ from .onnx_int64 import (
     UNTYPED,
     Builder,
     IntVal,
+    accumulate_products,
     matmul_interval,
     overflow,
     requantize,
@@ -120,8 +122,10 @@ def _slope_frac(b: Builder, t: FixedType, field: str) -> int:
 
 # -- fixed point: the golden model's rules on int64 codes -------------------------------------------------------
 
-def _conv(b: Builder, g: Graph, n: Conv, x: IntVal, out: FixedType) -> IntVal:
-    """``emulate.conv_fixed``: every output position a Dense stage over its window, one MatMul per group."""
+def _conv(b: Builder, g: Graph, n: Conv, x: IntVal, xt: FixedType, out: FixedType) -> IntVal:
+    """``emulate.conv_fixed``: every output position a Dense stage over its window. Where the accumulation rule is
+    the exact sum (``accumulate.accumulation_plan``), one MatMul per group; else the products of every window
+    rounded or added one by one (:func:`.onnx_int64.accumulate_products`)."""
     accum = n.need("accum_type", *UNTYPED)
     in_shape, out_shape = g.tensors[n.input].shape, g.tensors[n.output].shape
     idx = window_indices(in_shape[1:], n.kernel, n.stride, n.padding, n.dilation)
@@ -130,17 +134,30 @@ def _conv(b: Builder, g: Graph, n: Conv, x: IntVal, out: FixedType) -> IntVal:
     og = n.out_channels // groups
     win = _windows(b, x, in_shape, idx, 0)  # (N, C_in, P, K)
     w2 = np.asarray(n.weight, dtype=np.int64).reshape(n.out_channels, cg * taps)
-    lo, hi = matmul_interval(b, win, w2, "weight")  # per output channel: its group's taps are its row
+    plan = accumulation_plan(xt, w2, n.weight_type, n.bias, n.bias_type, accum, (win.lo, win.hi))
     # (N, C_in, P, K) -> (N, G, P, cg * K), the taps of one group's channels side by side as the weight has them
     v = b.op("Reshape", [win.name, b.i64s([0, groups, cg, positions, taps])])
     v = b.op("Transpose", [v], perm=[0, 1, 3, 2, 4])
     v = b.op("Reshape", [v, b.i64s([0, groups, positions, cg * taps])])
+    if not plan.exact:
+        ve = IntVal(b.op("Unsqueeze", [v, b.i64s([-2])]), win.lo, win.hi)  # (N, G, P, 1, cg * K)
+        bias = None
+        if n.bias is not None:
+            bias = convert_bias(n.bias, n.bias_type, accum).reshape(groups, 1, og)
+        acc = accumulate_products(b, ve, w2.reshape(groups, 1, og, cg * taps), cg * taps, plan.shift, bias, accum,
+                                  plan.saturates, "weight")  # (N, G, P, og)
+        t = b.op("Transpose", [acc.name], perm=[0, 1, 3, 2])  # (N, G, og, P): channel grp * og + o
+        return requantize(b, IntVal(b.op("Reshape", [t, b.i64s([0, *out_shape])]), acc.lo, acc.hi), accum, out)
+    wa = w2.astype(object)
+    wa = wa // (1 << plan.shift) if plan.shift > 0 else wa * (1 << -plan.shift)  # exact: see the plan
+    w2 = wa.astype(np.int64)
+    lo, hi = matmul_interval(b, win, w2, "weight")  # per output channel: its group's taps are its row
     wg = w2.reshape(groups, og, cg * taps).transpose(0, 2, 1)  # (G, cg * K, og)
     acc = b.op("MatMul", [v, b.array("weight_by_group", np.ascontiguousarray(wg))])  # (N, G, P, og)
     acc = b.op("Transpose", [acc], perm=[0, 1, 3, 2])  # (N, G, og, P): channel grp * og + o
     acc = IntVal(b.op("Reshape", [acc, b.i64s([0, *out_shape])]), lo, hi)
     if n.bias is not None:
-        bias = _per_channel(_aligned(n.bias, accum.frac - n.bias_type.frac), len(out_shape))
+        bias = _per_channel(rounded_bias(n.bias, n.bias_type, accum).astype(object), len(out_shape))
         acc = _add_codes(b, acc, "bias_aligned", bias, "accumulator with bias")
     return requantize(b, overflow(b, acc, accum), accum, out)
 
@@ -250,7 +267,7 @@ FixedRule = Callable[[Builder, Graph, Node, list, list, Optional[FixedType]], In
 
 #: op -> lowering of its fixed-point rule: (builder, graph, node, argument IntVals, input types, output type).
 FIXED_RULES: dict[str, FixedRule] = {
-    "Conv": lambda b, g, n, a, ins, out: _conv(b, g, n, a[0], out),
+    "Conv": lambda b, g, n, a, ins, out: _conv(b, g, n, a[0], ins[0], out),
     "Pool": lambda b, g, n, a, ins, out: _pool(b, g, n, a[0], ins[0], out),
     "ScaleShift": lambda b, g, n, a, ins, out: _scale_shift(b, g, n, a[0], ins[0], out),
     "LeakyReLU": lambda b, g, n, a, ins, out: _leaky_relu(b, g, n, a[0], ins[0], out),

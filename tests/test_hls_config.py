@@ -272,6 +272,11 @@ def test_conv_and_pooling_layer_types_match_by_spatial_axes_and_window():
     assert spec.for_node(g.node("gpool"), "act") == T("ap_fixed<9,4>")
     assert spec.for_node(g.node("pool"), "act") == T(T16)
     assert c.layer_reuse(g) == {"conv": 4, "pool": 1, "gpool": 1, "flat": 1, "fc": 1, "sig": 1}
+    c = parse_hls_config({"Model": {"Precision": {"default": T16, "accum": "auto"}},
+                          "LayerType": {"Conv1D": {"Precision": {"accum": "ap_fixed<36,16>"}}}})
+    q = quantize_graph(g, c.precision_spec(g))
+    assert q.node("conv").accum_type == T("ap_fixed<36,16>") and q.node("conv").weight_type == T(T16)
+    assert q.node("fc").accum_type.frac == 20 and q.tensors["p"].dtype == T(T16)
 
 
 def test_the_types_land_exactly_on_the_quantized_graph():

@@ -41,6 +41,7 @@ from ..errors import BitforgeError
 from ..fixed import FixedType, FixedTypeError, Overflow, Rounding, parse_type
 from ..ir import (
     Add,
+    ArgMax,
     Concat,
     Conv,
     Dense,
@@ -299,10 +300,8 @@ class HlsConfig:
         for name in [*g.inputs, *(n.name for n in g.nodes)]:
             node = None if name in g.inputs else g.node(name)
             for field, var in _fields(g, name):
-                if isinstance(node, HardSigmoid) and field == "weight":
-                    want, path = HARD_SLOPE_TYPE, "hls4ml's HardActivation slope type"
-                else:
-                    want, path = self.resolve(g, name, var)
+                want = HARD_SLOPE_TYPE if isinstance(node, HardSigmoid) and field == "weight" else \
+                    self.resolve(g, name, var)[0]
                 if want is None and not (field == "accum" and isinstance(node, KANLayer)):
                     raise self._error("Model.Precision", (
                         f"no precision for {var} of layer '{name}' and no default (hls4ml refuses this too); "
@@ -348,7 +347,8 @@ class HlsConfig:
 
 #: Ops whose output type follows from the op: a config cannot type them.
 _NO_TYPE = {Reshape: "moves data only: its output type is its input's",
-            Transpose: "moves data only: its output type is its input's"}
+            Transpose: "moves data only: its output type is its input's",
+            ArgMax: "outputs integer indices: its type is ufixed<B,B>, B the bits of the last index"}
 _NO_ACCUM = {ScaleShift: "has no accumulator: like hls4ml's BatchNormalization it computes scale * x + shift at "
                          "full precision",
              Pool: "has no accumulator type in bitforge (max: the largest input; average: the exact window sum "
@@ -396,7 +396,7 @@ def _fields(g: Graph, name: str) -> list[tuple[str, str]]:
         return [("weight", "param"), ("act", "result")]
     if isinstance(n, HardSigmoid) and not n.swish:
         return [("weight", "slope"), ("act", "result")]
-    if type(n) in _NO_TYPE or n.OP == "ArgMax":
+    if type(n) in _NO_TYPE:
         return []
     return [("act", "result")]
 

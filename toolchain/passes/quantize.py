@@ -238,8 +238,7 @@ class PrecisionSpec:
             for key in GLOBAL_KEYS:
                 object.__setattr__(self, key, _check_optional(getattr(self, key), key))
             if self.default is not None:
-                default = parse_type(self.default)
-                object.__setattr__(self, "default", default)
+                object.__setattr__(self, "default", parse_type(self.default))
             for key, what, example in (("weight", "weight", "w8a16, weight=... or one TYPE for everything"),
                                        ("act", "activation", "w8a16, act=... or one TYPE for everything")):
                 if getattr(self, key) is None and self.default is None:

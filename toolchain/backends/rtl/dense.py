@@ -23,6 +23,7 @@ from typing import Optional
 
 import numpy as np
 
+from ...accumulate import exact_accumulation
 from ...fixed import FixedType, Overflow, clog2
 from ...ir import Dense, LowRankDense
 from . import adder_graph
@@ -152,17 +153,36 @@ def constant_multiplier_adders(c: int) -> int:
 # -- checks ---------------------------------------------------------------------------------------------------
 
 def _check_spec(s: DenseSpec) -> None:
-    if s.acc_type.frac != s.x_type.frac + s.w_type.frac:
-        raise RtlError(f"{s.where}: accumulator {s.acc_type} has {s.acc_type.frac} fractional bits; exact products "
-                       f"of {s.x_type} and {s.w_type} need {s.x_type.frac + s.w_type.frac} (run ir.validate)")
+    """The hardware sums exact products at frac(x) + frac(W) and applies the accumulator's overflow once: the IR's
+    accumulation (hls4ml's, docs/ir.md) only where ``accumulate.exact_accumulation`` says it is that sum, and
+    for accumulators at exactly that frac with the bias no finer."""
     _check_codes(s.where, "weight", s.weight, s.w_type)
     if s.bias is not None:
-        if s.b_type.frac > s.acc_type.frac:
-            raise RtlError(f"{s.where}: bias type {s.b_type} is finer than the accumulator {s.acc_type}; "
-                           "the hardware aligns the bias by appending bits only")
         _check_codes(s.where, "bias", s.bias, s.b_type)
+    frac = s.x_type.frac + s.w_type.frac
+    acc = s.acc_type
+    alt = "or compile the model --to onnx or --to hls, which implement every accumulator"
+    reason = exact_accumulation(s.x_type, s.weight, s.w_type, s.bias, s.b_type, acc)
+    if reason is not None:
+        raise RtlError(f"{s.where}: accumulator {acc} {reason}; the RTL backend builds exact accumulators only: give "
+                       f"it frac(x) + frac(W) = {frac} fractional bits and WRAP overflow (e.g. "
+                       f"{_at_frac(acc, frac, Overflow.WRAP)}, or run infer_precision to size it), {alt}")
+    if acc.frac != frac:
+        raise RtlError(f"{s.where}: accumulator {acc} has {acc.frac} fractional bits; its sums are exact, but the RTL "
+                       f"backend builds accumulators with exactly frac(x) + frac(W) = {frac} (x {s.x_type}, W "
+                       f"{s.w_type}): give it {frac} (e.g. {_at_frac(acc, frac, acc.overflow)}), {alt}")
+    if s.bias is not None and s.b_type.frac > s.acc_type.frac:
+        raise RtlError(f"{s.where}: bias type {s.b_type} is finer than the accumulator {s.acc_type} (its codes "
+                       "lose nothing, but the hardware aligns a bias by appending bits only); give the bias at most "
+                       f"{s.acc_type.frac} fractional bits, or compile the model --to onnx or --to hls")
     if s.n_in >= 1 << INDEX_BITS:
         raise RtlError(f"{s.where}: {s.n_in} inputs exceed the {1 << INDEX_BITS} that bf_dense_parallel indexes")
+
+
+def _at_frac(t: FixedType, frac: int, overflow: Overflow) -> str:
+    """``t`` with ``frac`` fractional bits and the same integer bits (a suggestion for a message)."""
+    width = t.integer + frac
+    return t.with_(width=width, overflow=overflow).to_short() if width >= 1 else f"a type with {frac} fractional bits"
 
 
 def _check_codes(where: str, what: str, codes: np.ndarray, t: FixedType) -> None:

@@ -281,21 +281,24 @@ def test_conv_and_pooling_layer_types_match_by_spatial_axes_and_window():
 
 def test_the_types_land_exactly_on_the_quantized_graph():
     g = mixed_graph()
-    c = parse_hls_config({"Model": {"Precision": {"default": T16, "accum": "auto"}},
+    c = parse_hls_config({"Model": {"Precision": T16},
                           "LayerType": {"Activation": {"Precision": "ap_fixed<12,4,AP_RND,AP_SAT>"}},
-                          "LayerName": {"fc1": {"Precision": {"weight": "ap_fixed<8,3>", "accum": "ap_fixed<32,21>"}},
+                          "LayerName": {"fc1": {"Precision": {"weight": "ap_fixed<8,3>",
+                                                              "accum": "ap_fixed<18,8,AP_RND,AP_SAT>"}},
                                         "x": {"Precision": "ap_fixed<8,2,AP_RND_CONV,AP_SAT>"}}})
     q = quantize_graph(g, c.precision_spec(g))
     fc1, bn, lr, kan, hsig = (q.node(n) for n in ("fc1", "bn", "lr", "kan", "hsig"))
     assert q.tensors["x_q"].dtype == T("ap_fixed<8,2,AP_RND_CONV,AP_SAT>")
-    assert (fc1.weight_type, fc1.bias_type, fc1.accum_type) == (T("ap_fixed<8,3>"), T(T16), T("ap_fixed<32,21>"))
+    assert (fc1.weight_type, fc1.bias_type) == (T("ap_fixed<8,3>"), T(T16))
+    assert fc1.accum_type == T("ap_fixed<18,8,AP_RND,AP_SAT>")
     assert q.tensors["r"].dtype == T("ap_fixed<12,4,AP_RND,AP_SAT>")  # signed as given after a ReLU
     assert (bn.scale_type, bn.shift_type) == (T(T16), T(T16))
     assert (lr.u_type, lr.v_type, lr.bias_type, lr.mid_type) == (T(T16),) * 4
     assert kan.coeff_type == T(T16) and hsig.alpha_type == FixedType(16, 0, False)
     assert all(q.tensors[t].dtype == T(T16) for t in ("h", "s", "l", "k", "q", "e", "y"))
-    # accum auto: inferred, exact at frac(x) + frac(W)
-    assert lr.accum_type.frac == T(T16).frac * 2 and kan.accum_type is not None
+    assert lr.accum_v_type == lr.accum_type == T(T16)  # hls4ml's default accumulator, narrow as it is
+    assert bn.accum_type.frac == q.tensors["r"].dtype.frac + bn.scale_type.frac  # inferred: no accum in hls4ml
+    assert kan.accum_type.frac == kan.coeff_type.frac + kan.basis_type.frac
 
 
 # -- refusals ----------------------------------------------------------------------------------------------------

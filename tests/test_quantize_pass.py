@@ -374,3 +374,22 @@ def test_explicit_types_are_not_refitted():
     q = quantize_graph(float_mlp(), f"w8a8,relu.act={T16},fc1.bias=fixed<20,12,RND_CONV,SAT>")
     assert q.tensors["r"].dtype == parse_type(T16)
     assert q.node("fc1").bias_type == parse_type("fixed<20,12,RND_CONV,SAT>")
+
+
+def test_hls4ml_default_types_land_with_narrow_accumulators():
+    t = parse_type("ap_fixed<16,6>")
+    q = quantize_graph(float_mlp(), "ap_fixed<16,6>")
+    assert q.node("fc1").accum_type == q.node("fc2").accum_type == t  # frac 10, not the exact sum's 20
+    narrow = parse_type("ap_fixed<12,4,AP_RND,AP_SAT>")
+    q = quantize_graph(low_rank_kan(), "ap_fixed<16,6>,lr.accum=ap_fixed<12,4,AP_RND,AP_SAT>")
+    assert q.node("lr").accum_v_type == q.node("lr").accum_type == narrow
+    kan, bn = q.node("kan"), q.node("bn")
+    assert kan.accum_type.frac == kan.coeff_type.frac + kan.basis_type.frac  # inferred: the bare TYPE skips it
+    assert bn.accum_type.frac == t.frac + bn.scale_type.frac
+
+
+def test_a_bias_finer_than_the_exact_sum_is_kept_when_its_layer_has_an_accumulator():
+    # x and W at frac 2: the exact sum has frac 4; the bias (frac 10) is converted into accum_t, as in hls4ml
+    q = quantize_graph(float_mlp(), "weight=fixed<8,6>,act=fixed<8,6>,fc1.bias=fixed<16,6>,fc1.accum=fixed<24,12>")
+    assert q.node("fc1").bias_type == parse_type("fixed<16,6>")
+    assert q.node("fc1").accum_type == parse_type("fixed<24,12>")

@@ -50,7 +50,6 @@ from ..ir import (
     KANLayer,
     LeakyReLU,
     LowRankDense,
-    Node,
     Pool,
     ReLU,
     Reshape,

@@ -96,7 +96,7 @@ template <class X, class W, class B, class A, class R, int NIN, int NOUT> static
       ap_fixed<24 COMMA 14 COMMA AP_RND_INF COMMA AP_WRAP>, ap_fixed<10 COMMA 6 COMMA AP_RND COMMA AP_SAT>, 9, 6) \
     /* accumulator finer than the products (frac 16 > 8), unsigned inputs, SAT_SYM that acts */             \
     X(3, ap_ufixed<8 COMMA 4>, ap_fixed<6 COMMA 2>, ap_fixed<8 COMMA 5>,                                     \
-      ap_fixed<24 COMMA 8 COMMA AP_TRN COMMA AP_SAT_SYM>, ap_fixed<12 COMMA 8 COMMA AP_RND_ZERO COMMA AP_SAT>, \
+      ap_fixed<22 COMMA 6 COMMA AP_TRN COMMA AP_SAT_SYM>, ap_fixed<12 COMMA 8 COMMA AP_RND_ZERO COMMA AP_SAT>, \
       10, 4)                                                                                                   \
     /* RND_MIN_INF products and bias (frac 7 < 16, < 9) into a SAT_ZERO accumulator */                      \
     X(4, ap_fixed<12 COMMA 4>, ap_fixed<9 COMMA 1>, ap_fixed<12 COMMA 3>,                                    \

@@ -53,7 +53,8 @@ void dense_forward(const typename CFG::x_t x[CFG::n_in], typename CFG::data_t h[
 
 template <class CFG>
 void dense_backward(const dense_cache<CFG>& cache, const typename CFG::error_t g_out[CFG::n_out],
-                    typename CFG::error_t gx[CFG::n_in], bool learn, typename CFG::storage_t weight[CFG::n_out][CFG::n_in],
+                    typename CFG::error_t gx[CFG::n_in], bool learn,
+                    typename CFG::storage_t weight[CFG::n_out][CFG::n_in],
                     typename CFG::storage_t bias[CFG::n_out], ap_uint<32> weight_lanes[CFG::n_out][CFG::n_in],
                     ap_uint<32> bias_lanes[CFG::n_out]) {
 #pragma HLS INLINE

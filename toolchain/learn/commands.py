@@ -55,6 +55,7 @@ class LearnOptions:
     grid_range: Optional[tuple[float, float]] = None
     lr: Optional[float] = None  # rounded to the nearest power of two (a note says so)
     input_type: Optional[str] = None  # default: the datapath
+    hls: bool = False  # --to hls: the learner as HLS C++ in OUT/hls, its g++ C simulation checked bit for bit
 
 
 def resolve(opts: LearnOptions, note: Progress = lambda m: None):
@@ -128,7 +129,8 @@ def run_learn_flow(opts: LearnOptions, out: Path, target: Optional[str], printer
         spec, task = resolve(opts, note)
         r = learn(spec, task, out, rtl=opts.rtl, target=target, simulator=opts.simulator, basis=opts.basis,
                   mlp_lanes=opts.mlp_lanes, pnr_seed=pnr_seed, progress=progress, force=force,
-                  inputs=tuple(p for p in (opts.data or "").split(",") if p), board=board, baud=baud)
+                  inputs=tuple(p for p in (opts.data or "").split(",") if p), board=board, baud=baud,
+                  hls=opts.hls)
     m = r.metrics
     fx, fl = m["fixed"], m["float"]
     printer(f"{m['task']} {m['model']} {list(spec.sizes)}: {m['samples']:,} samples; mean MSE fixed "
@@ -139,6 +141,11 @@ def run_learn_flow(opts: LearnOptions, out: Path, target: Optional[str], printer
         for s, v in m["rtl"]["golden_vs_rtl"].items():
             printer(f"golden model vs RTL ({s}): {v['samples']:,} samples, {v['mismatches']} mismatches; coefficient "
                     f"read-back: {sum(c['mismatches'] for c in v['readback'].values())} mismatches")
+    if "hls" in m:
+        h = m["hls"]
+        printer(f"golden model vs HLS C simulation (g++): {h['vectors']:,} samples, {h['mismatches']} mismatches; "
+                f"final state: {h['state_mismatches']} of {h['state_codes']} codes differ; "
+                f"{h['csim_samples_per_s']:,} samples/s (golden {h['golden_samples_per_s']:,})")
     if r.target is not None:
         t = r.target
         printer(f"{target}: {t.get('lut')} LUT, {t.get('ff')} FF, {t.get('dsp')} DSP, {t.get('bram')} BRAM, "
@@ -149,9 +156,11 @@ def run_learn_flow(opts: LearnOptions, out: Path, target: Optional[str], printer
         printer(f"{b['board']} ({b['target']}): the learner's UART device: {res.get('lut')} LUT, {res.get('ff')} FF, "
                 f"{res.get('dsp')} DSP, {res.get('bram')} BRAM, Fmax {b.get('fmax_mhz')} MHz at a "
                 f"{b['core_clock_hz'] / 1e6:g} MHz core clock, {b['baud']:g} baud; bitstream {b['bitstream']}")
-    printer(f"wrote {out}/ (metrics.json, learn.png, report.md; predict with: bitforge emulate {out} --input X.npy "
-            "-o Y.npy" + ("; deploy with: bitforge deploy " + (f"{out} --board {board}" if board else str(out)) +
-                          " -o learner.bfb" if "rtl" in m else "") + ")")
+    hls_part = ", hls/" if "hls" in m else ""
+    printer(f"wrote {out}/ (metrics.json, learn.png, report.md{hls_part}; predict with: bitforge emulate {out} "
+            "--input X.npy -o Y.npy" + ("; deploy with: bitforge deploy "
+                                        + (f"{out} --board {board}" if board else str(out)) + " -o learner.bfb"
+                                        if "rtl" in m else "") + ")")
     return m
 
 
@@ -195,7 +204,8 @@ def options_from_args(args) -> LearnOptions:
                         samples=args.samples, seed=args.seed,
                         rtl=args.rtl or bool(args.target) or bool(args.board),
                         simulator=args.simulator, basis=args.basis, mlp_lanes=args.mlp_lanes, data=args.data,
-                        layers=args.layers, grid_range=args.grid_range, lr=args.lr, input_type=args.input_type)
+                        layers=args.layers, grid_range=args.grid_range, lr=args.lr, input_type=args.input_type,
+                        hls="hls" in (args.to or ()))
 
 
 def add_commands(sub, fmt) -> None:
@@ -208,7 +218,8 @@ def add_commands(sub, fmt) -> None:
                     "sample in time order) in the bit-exact golden model, next to the float reference on the same "
                     "stream; --rtl also generates the II-1 learner core and replays the whole trajectory on "
                     "Icarus/Verilator (every prediction and the coefficient memory bit for bit); --target then "
-                    "implements it (yosys + nextpnr). The learning rate is a right shift: only powers of two "
+                    "implements it (yosys + nextpnr); --to hls writes it as HLS C++ and checks the g++ C simulation "
+                    "the same way. The learning rate is a right shift: only powers of two "
                     "exist (eta = 2^-N); --lr rounds any other value to the nearest one and says so. OUT/final is "
                     "the learned model: bitforge emulate OUT --input X.npy predicts with it from float inputs.",
         epilog=examples("""
@@ -218,6 +229,7 @@ def add_commands(sub, fmt) -> None:
             bitforge learn t1 --order 2 --datapath 'fixed<12,4>' --board icebreaker -o out/t1-ib  # UART device
             bitforge deploy out/t1-ib --board icebreaker -o t1.bfb   # then: bitforge run t1.bfb --targets ...
             bitforge learn t4 --model mlp -o out/t4-mlp
+            bitforge learn t1 --to hls -o out/t1-hls          # + HLS C++ (OUT/hls), g++ C-sim bit-exact
             python -c "import numpy as np; x = np.random.uniform(-1, 1, (2000, 4)); \\
                 np.savez('stream.npz', X=x, Y=np.sin(3 * x[:, :1]) * x[:, 1:2])"
             bitforge learn --data stream.npz --layers 4,4,1 --lr 0.1 -o out/mine
@@ -254,6 +266,10 @@ def add_commands(sub, fmt) -> None:
                    help="stream length (a task's default: the benchmark's; --data: the first N samples)")
     p.add_argument("--seed", type=seed, default=0, help="initial state seed, and a task's stream (default 0)")
     p.add_argument("--rtl", action="store_true", help="generate the learner core and simulate the trajectory")
+    p.add_argument("--to", action="append", choices=["hls"], default=None, metavar="hls",
+                   help="also write the learner as HLS C++ (OUT/hls: firmware, testbench, build_csim.sh, "
+                        "build_vitis.tcl) and check its g++ C simulation over the whole trajectory against the "
+                        "golden model (needs g++ and hls4ml's ap_types headers)")
     p.add_argument("--simulator", default="both", choices=["icarus", "verilator", "both"])
     p.add_argument("--basis", default="auto", choices=["auto", "rom", "circuit"],
                    help="KAN bases from a ROM of the golden table or the closed-form circuit (default auto)")

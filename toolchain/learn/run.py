@@ -21,11 +21,14 @@ also ``rtl/`` (the generated core and board top, ``manifest.json``: ``bitforge i
 it) and ``report.json`` ``verification.golden_vs_rtl`` (the trajectory on Icarus/Verilator, bit for bit); with
 ``target`` the implementation and ``report.json`` ``hardware`` (the benchmark's hardware row); with ``board`` the
 learner's UART device on that board (``flows.board_flow``: ``impl/<board>/`` and ``report.json`` ``boards.<board>``),
-which ``bitforge deploy OUT --board B`` bundles.
+which ``bitforge deploy OUT --board B`` bundles; with ``hls`` also ``hls/`` (the learner as HLS C++: firmware,
+C-simulation testbench, ``build_csim.sh``, ``build_vitis.tcl``; ``toolchain/backends/hls/learner.py``) and
+``report.json`` ``verification.golden_vs_hls_csim`` (its g++ C simulation over the whole trajectory, bit for bit).
 """
 from __future__ import annotations
 
 import json
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,9 +36,9 @@ from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 
-from ..errors import BitforgeError
+from ..errors import BitforgeError, VerificationFailed
 from ..fixed import FixedType, Overflow, Rounding, out_of_range, quantize
-from ..outputs import check_output, output_folder, relocate
+from ..outputs import check_output, keep_failed, output_folder, relocate
 from ..report.file import update_report
 from . import emulate as emulate_learn
 from .spec import Learner, LearnerSpec, LearnerWarning, build_learner, save_learner
@@ -103,9 +106,10 @@ def hardware_row(task: str, model: str, target: str, params: int, impl: dict) ->
 
 
 def check_run_options(spec: LearnerSpec, task, *, target: Optional[str] = None, simulator: str = "both",
-                      basis: str = "auto", mlp_lanes: Optional[int] = None) -> None:
+                      basis: str = "auto", mlp_lanes: Optional[int] = None, hls: bool = False) -> None:
     """Everything that can be refused before any work: the stream against the spec, the target's name, the
-    simulator, the basis and the MLP lanes (a mistake found after minutes of simulation costs those minutes)."""
+    simulator, the basis, the MLP lanes and, for ``hls``, g++ and hls4ml's ap_types headers (a mistake found after
+    minutes of simulation costs those minutes)."""
     if spec.sizes[0] != task.d_in or spec.sizes[-1] != task.d_out:
         raise BitforgeError(f"learner sizes {list(spec.sizes)} do not fit the stream {task.name!r} ({task.d_in} "
                             f"inputs -> {task.d_out} outputs); use --layers {task.d_in},...,{task.d_out}")
@@ -124,12 +128,18 @@ def check_run_options(spec: LearnerSpec, task, *, target: Optional[str] = None, 
         if isinstance(mlp_lanes, bool) or not isinstance(mlp_lanes, (int, np.integer)) or mlp_lanes < 1:
             raise BitforgeError(f"--mlp-lanes {mlp_lanes}: expected a number of lanes >= 1 (hidden units computed "
                                 "per round), or leave it out for the fully parallel core")
+    if hls:
+        from ..backends.hls.gxx import ap_types_dir, require_gxx
+
+        require_gxx()
+        ap_types_dir()
 
 
 def learn(spec: LearnerSpec, task, out, *, rtl: bool = False, target: Optional[str] = None,
           simulator: str = "both", basis: str = "auto", mlp_lanes: Optional[int] = None, pnr_seed: int = 1,
           name: Optional[str] = None, progress: Progress = lambda m: None, force: bool = False,
-          inputs: Sequence[str] = (), board: Optional[str] = None, baud: Optional[int] = None) -> LearnResult:
+          inputs: Sequence[str] = (), board: Optional[str] = None, baud: Optional[int] = None,
+          hls: bool = False) -> LearnResult:
     """Run ``spec`` prequentially on ``task`` (a built-in task or a loaded stream) and write ``out``.
 
     The fixed-point learner is the golden model; the float reference runs on the same stream from the same
@@ -138,13 +148,15 @@ def learn(spec: LearnerSpec, task, out, *, rtl: bool = False, target: Optional[s
     blocks fully parallel is time-multiplexed unless ``mlp_lanes`` says otherwise. Values outside the input or
     datapath format saturate; a :class:`LearnerWarning` gives their count (also in ``metrics.json``). ``board``
     (implies ``rtl``) builds the learner's UART device for that board at ``baud``; the bare core, whose wide
-    stream bus no board wires up, is implemented only when ``target`` is given too.
+    stream bus no board wires up, is implemented only when ``target`` is given too. ``hls`` writes the learner as HLS
+    C++ into ``out/hls`` and checks its g++ C simulation against the golden trajectory (predictions, final state,
+    LFSR lanes); a difference raises :class:`VerificationFailed` and leaves the folder as ``OUT.failed``.
 
     ``out`` is written through :func:`..outputs.output_folder` (``force``, ``inputs``: the stream's files): the
     previous ``out`` stays until everything, the implementation included, is done; a failed implementation
     (does not fit, a tool failed) still puts the verified learner in place before its error is raised.
     """
-    check_run_options(spec, task, target=target, simulator=simulator, basis=basis, mlp_lanes=mlp_lanes)
+    check_run_options(spec, task, target=target, simulator=simulator, basis=basis, mlp_lanes=mlp_lanes, hls=hls)
     if board is not None:  # a wrong board or a baud rate its clock cannot make fails before the golden run
         from ..flows.boards import get_board
         from ..flows.clocking import DEFAULT_BAUD, uart_timing
@@ -179,7 +191,9 @@ def learn(spec: LearnerSpec, task, out, *, rtl: bool = False, target: Optional[s
     x, t = quantize(task.x, f.input), quantize(task.target, f.datapath)
     progress(f"golden model: {len(x):,} samples, {spec.kind} {list(spec.sizes)}, datapath {f.datapath.to_short()}, "
              f"lr_shift {spec.rule.lr_shift}, {spec.rule.rounding} updates")
+    t_golden = time.perf_counter()
     traj = emulate_learn.run(learner, x, t)
+    golden_seconds = time.perf_counter() - t_golden
     progress("float reference on the same stream")
     from bitforge.models.online_learners import run_prequential
 
@@ -201,6 +215,8 @@ def learn(spec: LearnerSpec, task, out, *, rtl: bool = False, target: Optional[s
               f"{task.name} {spec.kind.upper()} {list(spec.sizes)}: fixed {fmt} vs float")
         if rtl:
             metrics["rtl"] = _rtl(learner, x, t, tmp, simulator, basis, mlp_lanes, progress)
+        if hls:
+            metrics["hls"] = _hls(learner, x, t, traj, golden_seconds, tmp, out, progress)
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, default=_json_default) + "\n")
         accuracy = json.loads(json.dumps(metrics["accuracy"], default=_json_default))
         update_report(tmp, lambda report: report.update(accuracy=accuracy))
@@ -277,6 +293,30 @@ def _rtl(learner: Learner, x: np.ndarray, t: np.ndarray, folder: Path, simulator
             "golden_vs_rtl": results}
 
 
+def _hls(learner: Learner, x: np.ndarray, t: np.ndarray, traj, golden_seconds: float, folder: Path, out: Path,
+         progress: Progress) -> dict:
+    """``folder/hls``: the learner as HLS C++, built with g++ and run over the whole trajectory; the comparison
+    with the golden one goes to report.json ``verification.golden_vs_hls_csim``. A difference is a bug: the
+    staged folder moves to ``OUT.failed`` (the artefacts of a bug report) and :class:`VerificationFailed`."""
+    from ..backends.hls.learner import csim_vs_golden
+
+    progress(f"HLS C++: {out}/hls, built with g++, C simulation over {len(x):,} samples")
+    result = csim_vs_golden(learner, x, t, work=folder / "hls", golden=traj, golden_seconds=golden_seconds)
+
+    def change(report: dict) -> None:
+        report.setdefault("verification", {})["golden_vs_hls_csim"] = result
+
+    update_report(folder, change)
+    if result["mismatches"] or result["state_mismatches"] or result["lane_mismatches"]:
+        failed = keep_failed(folder, out)
+        raise VerificationFailed(
+            f"the HLS C simulation and the golden learner disagree: {result['mismatches']} of {result['vectors']} "
+            f"predictions, {result['state_mismatches']} of {result['state_codes']} state codes, "
+            f"{result['lane_mismatches']} LFSR lanes (first: {json.dumps(result['first_mismatch'])}). This is a "
+            f"bitforge bug; the artefacts are in {failed} for a bug report.")
+    return result
+
+
 def _plot(path: Path, task, fixed_pred: np.ndarray, float_pred: np.ndarray, title: str) -> None:
     import matplotlib
 
@@ -341,6 +381,13 @@ def _report_md(m: dict) -> str:
                               + ", ".join(f"after {a}: {c['mismatches']} of {c['words']} words differ"
                                           for a, c in v["readback"].items())
                               for s, v in r["golden_vs_rtl"].items())]
+    if "hls" in m:
+        h = m["hls"]
+        lines += ["", f"HLS C++ (`hls/`, C simulation built with g++ in {h['build_seconds']:g} s): {h['vectors']:,} "
+                  f"samples, {h['mismatches']} prediction mismatches, {h['state_mismatches']} of {h['state_codes']} "
+                  f"state codes differ; {h['csim_samples_per_s']:,} samples/s"
+                  + (f" against the golden model's {h['golden_samples_per_s']:,}" if h.get("golden_samples_per_s")
+                     else "") + ". Vitis HLS: `vitis_hls -f hls/build_vitis.tcl` (bitforge did not run it)."]
     if "hardware" in m:
         h = m["hardware"]
         lines += ["", f"{h['target']}: {h['lut']} LUT, {h['ff']} FF, {h['dsp']} DSP, {h['bram']} BRAM, Fmax "

@@ -280,7 +280,8 @@ def generate_hls_learner(learner: Learner, name: Optional[str] = None, *, part: 
             read_lanes.append(f"    for (int o = 0; o < {n.out_features}; o++)\n"
                               f"        for (int i = 0; i < {n.in_features}; i++) "
                               f"states[k++] = weight_lanes{l}[o][i].to_int64();\n"
-                              f"    for (int o = 0; o < {n.out_features}; o++) states[k++] = bias_lanes{l}[o].to_int64();")
+                              f"    for (int o = 0; o < {n.out_features}; o++) "
+                              f"states[k++] = bias_lanes{l}[o].to_int64();")
     body = _top_body(learner, kan)
     header = _firmware_header(learner, name, configs, n_state, n_lanes)
     source = _firmware_source(learner, name, state_decls, partitions, body, read_state, read_lanes)
@@ -690,21 +691,21 @@ def compare_trajectory(learner: Learner, golden: Trajectory, csim: CsimRun) -> d
 
 def csim_vs_golden(learner: Learner, x_codes, target_codes, learn_enable=None, *, work: Union[str, Path],
                    name: Optional[str] = None, golden: Optional[Trajectory] = None,
-                   build: Optional[CompileResult] = None, part: str = DEFAULT_PART,
+                   golden_seconds: Optional[float] = None, build: Optional[CompileResult] = None,
+                   part: str = DEFAULT_PART,
                    clock_ns: float = DEFAULT_CLOCK_NS) -> dict:
     """Write the project into ``work`` (with the stream and the golden outputs in ``tb_data/``), build it with g++
     (unless ``build`` is the result of an earlier :func:`build_csim` of this same project), run the whole
     trajectory, and compare every prediction, the final state and the LFSR lanes with the golden learner
-    (computed and timed here unless ``golden`` is given).
+    (computed and timed here unless ``golden`` is given, with the ``golden_seconds`` it took, if known).
 
     Returns ``{vectors, mismatches, state_mismatches, state_codes, lane_mismatches, first_mismatch, seconds,
     build_seconds, csim_seconds, csim_samples_per_s, golden_seconds, golden_samples_per_s}``: ``seconds`` is this
     check's wall time (build and run), ``csim_seconds`` the testbench's loop over the samples alone; the golden
-    times are None when ``golden`` was given. Differences are counted, not raised: the caller decides
+    times are None when ``golden`` was given without its time. Differences are counted, not raised: the caller decides
     (``bitforge learn --to hls`` raises :class:`VerificationFailed`)."""
     t_start = time.perf_counter()
     x, t, le = _stream(learner, x_codes, target_codes, learn_enable)
-    golden_seconds = None
     if golden is None:
         t0 = time.perf_counter()
         golden = golden_run(learner, x, t, le)
@@ -719,7 +720,8 @@ def csim_vs_golden(learner: Learner, x_codes, target_codes, learn_enable=None, *
     result = compare_trajectory(learner, golden, run)
     n = result["vectors"]
     result.update(seconds=round(time.perf_counter() - t_start, 3), build_seconds=round(build.seconds, 3),
-                  csim_seconds=round(run.seconds, 6), csim_samples_per_s=round(n / run.seconds) if run.seconds else None,
+                  csim_seconds=round(run.seconds, 6),
+                  csim_samples_per_s=round(n / run.seconds) if run.seconds else None,
                   golden_seconds=None if golden_seconds is None else round(golden_seconds, 6),
                   golden_samples_per_s=round(n / golden_seconds) if golden_seconds else None)
     return result

@@ -627,3 +627,32 @@ def test_ctrl_c_while_onnxruntime_imports_is_exit_130_and_one_line(tmp_path, mon
     assert code == 130 and "Traceback" not in out + err and "error" not in err
     assert err.strip().splitlines()[-1] == "stopped by SIGINT", err  # progress lines, then one line saying so
     assert not (tmp_path / "out").exists() and list(tmp_path.iterdir()) == []
+
+
+# -- bitforge learn --to hls (the learner as HLS C++): its own table, since CASES is parametrized above -----------
+
+HLS_CASES = {
+    "learn to unknown backend": (bad("learn t1 --to vhdl -o {out}", "argument --to", "invalid choice: 'vhdl'"), {}),
+    "learn to without a value": (bad("learn t1 -o {out} --to", "argument --to", "expected one argument"), {}),
+    "learn to hls without g++": (bad("learn t1 --to hls -o {out}", "'no-such-gxx' not found on PATH",
+                                     "apt-get install -y g++"), {"CXX": "no-such-gxx"}),
+    "learn to hls without hls4ml": (bad("learn t1 --to hls -o {out}", "hls4ml is not installed", "pip install"),
+                                    {"hls4ml": None}),
+}
+
+
+@pytest.mark.parametrize("name", list(HLS_CASES))
+def test_bad_learn_to_hls_is_one_message_and_writes_nothing(name, tmp_path, monkeypatch, capsys):
+    case, change = HLS_CASES[name]
+    if "CXX" in change:
+        monkeypatch.setenv("CXX", change["CXX"])
+    if "hls4ml" in change:
+        monkeypatch.setitem(sys.modules, "hls4ml", None)  # import hls4ml raises ImportError
+    monkeypatch.chdir(tmp_path)
+    before = snapshot(tmp_path)
+    code, out, err = run([a.format(out="out") for a in shlex.split(case.argv)], capsys)
+    text = " ".join(err.split())
+    assert code == 2 and "Traceback" not in out + err and err.count("error:") == 1, err
+    for needle in case.says:
+        assert needle in text, (needle, text)
+    assert out == "" and snapshot(tmp_path) == before

@@ -29,21 +29,31 @@ template <int W, int I, ap_q_mode Q, ap_o_mode O, int N> ap_int<W + 1> code_of(c
     return c;
 }
 
-// An ap_fixed that holds every W-bit code at frac F exactly, with 1 <= integer bits <= width (ap_fixed reads
-// bits beyond its MSB when the integer bits exceed the width).
-template <int W, int F> struct exact_holder {
+// The fractional bits of an ap_fixed / ap_ufixed type.
+template <class T> struct frac_of;
+template <int W, int I, ap_q_mode Q, ap_o_mode O, int N> struct frac_of<ap_fixed<W, I, Q, O, N> > {
+    static const int value = W - I;
+};
+template <int W, int I, ap_q_mode Q, ap_o_mode O, int N> struct frac_of<ap_ufixed<W, I, Q, O, N> > {
+    static const int value = W - I;
+};
+
+// An ap_fixed that holds every W-bit code at frac F exactly, with 1 <= integer bits <= width, and wide enough
+// that a conversion to a type with frac FD keeps at least one of its bits: the ap_fixed C simulation reads a bit
+// beyond the source's MSB (an assertion that aborts the process) when it rounds away every bit of the source.
+template <int W, int F, int FD> struct exact_holder {
     static const int frac = F > 0 ? F : 0;
-    static const int integer = W - F > 1 ? W - F : 1;
+    static const int i1 = W - F > 1 ? W - F : 1;
+    static const int integer = i1 > 1 - FD ? i1 : 1 - FD;
     static const int width = integer + frac;
 };
 
 // Requantize: the exact value code * 2^-F assigned to res_T, which rounds with its rounding mode and then brings
-// the result into range with its overflow mode (the golden model's fixed.requantize). The value is held in an
-// ap_fixed with 1 <= I <= W first: these headers read bits beyond the MSB when they convert FROM a type with
-// I < 0 or I > W (an assertion in C simulation), while converting TO such a type is fine.
+// the result into range with its overflow mode (the golden model's fixed.requantize). Every requantization in
+// the layers goes through here, from a holder as above.
 template <class res_T, int F, int W> res_T from_code(const ap_int<W> &code) {
     #pragma HLS INLINE
-    typedef exact_holder<W, F> H;
+    typedef exact_holder<W, F, frac_of<res_T>::value> H;
     ap_int<H::width> c = code;
     c <<= (H::frac - F);
     ap_fixed<H::width, H::integer> v;

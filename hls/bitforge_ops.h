@@ -9,7 +9,7 @@
 // (an accumulator type's own overflow mode).
 //
 // Every comparison, product and sum is on codes (ap_int), and every requantization goes through from_code
-// (bitforge_common.h), so input types with I < 0 or I > W work too.
+// (bitforge_common.h), which also covers types with I < 0 or I > W and results rounded away entirely.
 //
 // Pragmas target a fully parallel, II=1 design (hls4ml's io_parallel Latency strategy): loops unrolled, small
 // arrays partitioned. Lookup tables stay ROMs (the tool replicates them for parallel reads).

@@ -209,6 +209,8 @@ def test_elementwise_ops_bit_exact(tmp_path):
                                                                                 "fixed<9,4,RND_CONV,SAT>")),
         (ir.Clip("clip_above", ("xq",), ("clip_above_y",), lo=20.0, hi=25.0),  # every code is below lo
          _out("clip_above_y", shape, "fixed<8,6,RND_CONV,SAT>")),
+        (ir.Clip("clip_empty", ("xq",), ("clip_empty_y",), lo=1.01, hi=1.02),  # codes lo 33 > hi 32: hi wins
+         _out("clip_empty_y", shape, "fixed<9,4,RND_CONV,SAT>")),
         hs("hsig_onnx", 0.2, 0.5, False, "ufixed<8,1,RND_CONV,SAT>"),
         hs("hsig_torch", 1 / 6, 0.5, False, "fixed<10,2,TRN,SAT>"),
         hs("hswish", 1 / 6, 0.5, True, "fixed<10,4,RND_CONV,SAT>"),
@@ -296,15 +298,17 @@ def test_pool2d_bit_exact(tmp_path):
 
 @pytest.mark.slow
 def test_unusual_types_bit_exact(tmp_path):
-    """An input type with more integer bits than bits (I > W: an LSB of 4) and output types with I < 0 or I > W:
-    ap_fixed's C simulation cannot convert from such types, so the layers read codes and requantize through an
-    ordinary one (bitforge_common.h)."""
+    """An input type with more integer bits than bits (I > W: an LSB of 4), output types with I < 0 or I > W, and
+    an output LSB so coarse that rounding drops every bit of the code (ap_fixed's C simulation aborts on such a
+    conversion unless the source is widened, as bitforge_common.h's from_code does)."""
     x = T("fixed<6,8,RND_CONV,SAT>")  # codes -32..31, LSB 4: values -128..124
     shape = (2, 4)
     nodes = [
         (ir.Clip("clip", ("xq",), ("clip_y",), lo=-50.0, hi=70.0), _out("clip_y", shape, "fixed<5,9,RND_CONV,SAT>")),
         _pool("avg", "avg", shape, (3,), (1,), (1, 1), 6, False, "fixed<8,8,RND_CONV,SAT>"),
         _pool("max", "max", shape, (2,), (2,), (0, 0), 16, False, "fixed<4,8,RND_INF,SAT>"),
+        # an LSB of 2**11 (frac -11) drops every bit of the 7-bit code (frac -2): 0, without an abort
+        _pool("max_coarse", "max", shape, (2,), (1,), (0, 0), 16, False, "fixed<3,14,RND_CONV,SAT>"),
         (ir.LeakyReLU("leaky", ("xq",), ("leaky_y",), alpha=fixed.quantize(np.array([0.1, 0.3]), T("fixed<6,0>")),
                       alpha_type=T("fixed<6,0>")), _out("leaky_y", shape, "fixed<8,9,RND_CONV,SAT>")),
         _table("tanh", "tanh", x, -100.0, 60.0, "fixed<6,-1,RND_CONV,SAT>", 16, shape),

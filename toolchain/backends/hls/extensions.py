@@ -297,7 +297,8 @@ def _config_cpp(node) -> str:
     """``struct config<index>`` of an extension layer: its constants and the typedefs its function reads."""
     lines = [f"struct config{node.index} {{"]
     lines += [_constant_cpp(k, v) for k, v in node.get_attr("bf_constants").items()]
-    lines += [f"    typedef {node.get_weights(name).type.name} {typedef};" for name, typedef in node.get_attr("bf_weights")]
+    lines += [f"    typedef {node.get_weights(name).type.name} {typedef};"
+              for name, typedef in node.get_attr("bf_weights")]
     lines += [f"    typedef {text} {name};" for name, text in node.get_attr("bf_typedefs").items()]
     return "\n".join(lines) + "\n};\n"
 

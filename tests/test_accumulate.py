@@ -377,6 +377,21 @@ def test_interval_bounds_hold_every_accumulator_the_golden_model_computes(name):
             assert dense_accumulator(down, c.x, fc.weight, c.w, fc.bias, c.b, c.acc)[0, o] == stage.result.lo[o]
 
 
+@pytest.mark.parametrize("name", ["default_16_6_trn_wrap", "rnd_sat_mid_sum", "accum_finer_sat_sym",
+                                  "rnd_min_inf_sat_zero"])
+def test_conv_interval_bounds_hold_every_accumulator_the_golden_model_computes(name):
+    c = CONFIGS[name]
+    rng = np.random.default_rng(6)
+    g = _conv_graph(c, rng)
+    conv = g.node("conv")
+    stage = {s.tensor: s for s in analyze(g).stages}["conv.accum"]
+    x = inputs(rng, c.x, 400, 4 * 5 * 6).reshape(-1, 4, 5, 6)
+    acc = emulate.conv_fixed(conv, x, (4, 5, 3), c.acc, c.x)  # requantized to the accumulator itself: its codes
+    assert stage.result.frac == c.acc.frac and stage.result.contains(acc).all()
+    if c.acc.overflow != Overflow.WRAP:  # random full-range weights push every saturating one out: reported
+        assert stage.overflow
+
+
 def _swing_graph(acc: str, lo: float = 1.0) -> ir.Graph:
     """Two inputs in [lo, 2] times +3 and -3: the sum stays in [-3, 3], the first partial sum reaches 6."""
     xt, wt = parse_type("fixed<8,4>"), parse_type("fixed<8,4>")

@@ -8,6 +8,7 @@ the whole flow).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -83,6 +84,9 @@ class CompileOptions:
             raise CompileError("--backend, --io and --strategy only apply to the HLS backend; add --to hls")
         if self.hls_config is not None and self.precision is not None:
             raise CompileError("--hls-config and --precision both set the model's types; give one of them")
+        if self.hls_config is not None and self.reuse != 1:
+            raise CompileError("--hls-config sets the reuse factors (Model.ReuseFactor, LayerName.<layer>.ReuseFactor);"
+                               " drop --reuse")
         # RTL-only options are refused without the RTL backend rather than silently ignored (--reuse N also
         # serves the HLS backend: hls4ml's ReuseFactor).
         if "rtl" not in self.to and (self.target is not None or (self.reuse != 1 and "hls" not in self.to)
@@ -333,12 +337,16 @@ def _load(model: str, options: CompileOptions, progress: Callable[[str], None]) 
     if options.softmax == "argmax":  # in the float reference too: the fidelity report compares decisions
         from .passes.heads import argmax_head
         loaded.graph = argmax_head(loaded.graph)
-    precision = options.precision
+    precision, quantized_from = options.precision, loaded
     if hls_config is not None:  # the HLSConfig's types, as a --precision spec over the graph's own node names
         from .passes.batchnorm import fold_batchnorm
-        precision = hls_config.precision_spec(fold_batchnorm(loaded.graph))
+        folded = fold_batchnorm(loaded.graph)
+        precision = hls_config.precision_spec(folded)
+        # hls4ml writes weights as decimal text with as many digits as their type has fractional bits: the codes
+        # its firmware holds are those of the rounded decimals (the float reference keeps the model's own weights).
+        quantized_from = dataclasses.replace(loaded, graph=hls_config.as_hls4ml_writes(folded))
     progress("quantizing and inferring precision" if precision else "inferring precision")
-    g, warnings = prepare(loaded, precision, options.input_range)
+    g, warnings = prepare(quantized_from, precision, options.input_range)
     warnings = [FrontendWarning(m) for m in loaded.graph.metadata.get("frontend_warnings", [])] + warnings
     if not g.is_fixed and (options.calibration is not None or options.trace):
         given = " and ".join(f for f, v in (("--calibration", options.calibration is not None),
@@ -435,16 +443,11 @@ def hls_options(options: CompileOptions, g: Graph):
         return HlsOptions(**{**base.__dict__, "reuse": reuse})
     from .passes.hls_config import read_hls_config
     cfg = read_hls_config(options.hls_config)
-    names = [n.name for n in g.nodes]
-    fields = {**base.__dict__, "reuse": reuse,
-              "layer_reuse": {n: cfg.reuse(n) for n in names}, "layer_strategy": {n: cfg.strategy(n) for n in names}}
+    fields = {**base.__dict__, "reuse": reuse, "layer_reuse": cfg.layer_reuse(g), "layer_strategy": cfg.layer_strategy(g)}
     for key in ("backend", "io_type", "part", "clock_period"):
-        value = getattr(cfg, key, None)
-        if value is None:
-            continue
-        if key in ("backend", "io_type"):
-            value = str(value).lower().removeprefix("io_")
-        fields["io" if key == "io_type" else key] = value
+        value = getattr(cfg, key)
+        if value is not None:
+            fields["io" if key == "io_type" else key] = value
     return HlsOptions(**fields)
 
 

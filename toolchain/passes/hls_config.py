@@ -201,9 +201,10 @@ class HlsConfig:
     def _entries(self, g: Graph) -> tuple[dict[str, LayerSettings], dict[str, LayerSettings]]:
         """LayerName entries by graph element name and LayerType entries by class; refuses names not in ``g``."""
         elements = {name.lower(): name for name in [*g.inputs, *(n.name for n in g.nodes)]}
+        aliases = hls4ml_aliases(g)
         by_name = {}
         for key, settings in self.layer_names:
-            name = key if key in elements.values() else elements.get(key.lower())
+            name = key if key in elements.values() else elements.get(key.lower(), aliases.get(key.lower()))
             if name is None:
                 raise self._error(f"LayerName.{key}", f"graph '{g.name}' has no layer '{key}' (its layers: "
                                   f"{', '.join(elements.values())}; the input layer is the graph input's name)")
@@ -353,6 +354,27 @@ _NO_ACCUM = {ScaleShift: "has no accumulator: like hls4ml's BatchNormalization i
              Pool: "has no accumulator type in bitforge (max: the largest input; average: the exact window sum "
                    "times a reciprocal)",
              Softmax: "has no accumulator type in bitforge (it builds its own tables, --precision table_size=N)"}
+
+
+def hls4ml_aliases(g: Graph) -> dict[str, str]:
+    """hls4ml's names for the graph's layers (lowercase) -> the graph's names, where they differ.
+
+    hls4ml names a PyTorch model's layers after torch.fx's node names: the module path with dots as underscores
+    (``fc1``, ``layers_0``), ``_0`` for a path that starts with a digit (a Sequential's ``0``), and the input
+    after the forward argument (``x``; ``input_1`` for one called ``input``). bitforge's torch frontend names
+    nodes ``<op>_<path>`` (``dense_fc1``, ``relu_1``). An alias that two nodes would share is left out: such a
+    key must use the graph's own name."""
+    counts: dict[str, list[str]] = {}
+    names = {n.name.lower() for n in g.nodes} | {i.lower() for i in g.inputs}
+    for n in g.nodes:
+        if "_" not in n.name:
+            continue
+        rest = n.name.split("_", 1)[1]
+        for alias in {rest, f"_{rest}" if rest[:1].isdigit() else rest}:
+            counts.setdefault(alias.lower(), []).append(n.name)
+    for i in g.inputs:
+        counts.setdefault(f"{i}_1".lower(), []).append(i)
+    return {a: ns[0] for a, ns in counts.items() if len(ns) == 1 and a not in names}
 
 
 def hls_class(g: Graph, name: str) -> Optional[str]:

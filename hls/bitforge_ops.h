@@ -24,14 +24,14 @@ namespace bitforge {
 // CONFIG_T: n_in, table_size, index_lo, index_shift, diff_width (holds x - index_lo), table_t (= res_T).
 template <class data_T, class res_T, typename CONFIG_T>
 void table(const data_T x[CONFIG_T::n_in], res_T y[CONFIG_T::n_in],
-           const typename CONFIG_T::table_t table[CONFIG_T::table_size]) {
+           const typename CONFIG_T::table_t values[CONFIG_T::table_size]) {
     #pragma HLS PIPELINE
     for (int i = 0; i < CONFIG_T::n_in; i++) {
         #pragma HLS UNROLL
         ap_int<CONFIG_T::diff_width> d = code_of(x[i]) - ap_int<CONFIG_T::diff_width>(CONFIG_T::index_lo);
         d >>= CONFIG_T::index_shift; // arithmetic shift: floor
         int idx = d < 0 ? 0 : (d > CONFIG_T::table_size - 1 ? CONFIG_T::table_size - 1 : d.to_int());
-        y[i] = table[idx];
+        y[i] = values[idx];
     }
 }
 

@@ -77,6 +77,8 @@ EXTENSION_OPS: frozenset[str] = frozenset(_LAYERS)
 _MAX_ARRAY_WIDTH = 53
 #: Constants are C++ literals (long long); codes beyond this are refused.
 _MAX_CONSTANT = 2 ** 62
+#: ap_int's widest type unless AP_INT_MAX_W is raised (the ap_int headers' default).
+_AP_INT_MAX_W = 1024
 
 
 class ExtensionError(BitforgeError):
@@ -119,6 +121,9 @@ def extension_layer(g: Graph, n: Node, inputs: list[str]) -> dict:
         if not isinstance(v, bool) and abs(v) >= _MAX_CONSTANT:
             raise ExtensionError(f"{n.describe()}: constant {k} = {v} does not fit a 64-bit C++ literal; narrow the "
                                  "types or bounds of this node")
+        if k.endswith("width") and v > _AP_INT_MAX_W:
+            raise ExtensionError(f"{n.describe()}: an exact intermediate needs {v} bits ({k}); ap_int holds at most "
+                                 f"{_AP_INT_MAX_W}: narrow the types of this node")
     for name, codes, t, _ in spec.weights:
         if t.width > _MAX_ARRAY_WIDTH:
             raise ExtensionError(f"{n.describe()}: array '{name}' has type {t.to_short()} ({t.width} bits); hls4ml "

@@ -400,7 +400,9 @@ def accumulate_products(b: Builder, x: IntVal, w: np.ndarray, n_in: int, shift: 
     shift). Then either the products are summed (``ReduceSum``) and the accumulator's overflow applied once
     (WRAP is modular, and a caller passes ``in_order=False`` for a saturating mode only when nothing can
     saturate), or, ``in_order``, each is brought into range and added to the bias in input order, one Add and
-    one overflow per input.
+    one overflow per input. ONNX Runtime holds the whole products' tensor (batch x outputs x inputs int64, a Conv's
+    per window position too): the price of an accumulator narrower than its products, which the matrix-product
+    path of an exact one does not pay.
     """
     w = np.asarray(w, dtype=np.int64)
     products = b.mul_array(x, f"{hint}_products", w, "products")

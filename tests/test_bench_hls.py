@@ -120,6 +120,7 @@ def test_t1_learner_trajectory_agrees_with_the_golden_learner(tmp_path):
     assert (row["design"], row["flow"], row["precision"], row["status"]) == (
         "t1-learner", "bitforge learner templates", "<16,6>", "ok")
     assert (row["vectors"], row["mismatches"], row["state_mismatches"], row["lane_mismatches"]) == (300, 0, 0, 0)
+    assert row["state_codes"] == 8  # G + k coefficients of the one edge
     assert row["ir_ops"] == ["KANLayer"] and row["layers"] == 1
     assert all(row[k] > 0 for k in NUMBERS)
     _check_rates(row)

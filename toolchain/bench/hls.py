@@ -7,8 +7,8 @@ code. No vendor tool runs here: these are C simulations built with g++, not what
 
 Designs (:data:`DESIGNS`): the jet MLP at its QAT types and the digits CNN at ``--precision 8`` through hls4ml;
 their C simulation is hls4ml's own ``predict`` (one ctypes call per sample, as an hls4ml user runs it) against
-:func:`..emulate.run`. The digits CNN's softmax head needs a bitforge extension layer; without one its row is the
-``--softmax argmax`` head, and without that either it is ``n/a`` with the reason. The T1 online learner's HLS C++
+:func:`..emulate.run`. The digits CNN's softmax head is a bitforge extension layer; were it refused, the row would be
+the ``--softmax argmax`` head, and were that refused too, ``n/a`` with the reason. The T1 online learner's HLS C++
 comes from bitforge's learner templates (:mod:`..backends.hls.learner`); its C simulation is the testbench's own
 loop over a whole trajectory (C++ only) against the golden learner (:func:`..learn.emulate.run`), predictions,
 final state and LFSR lanes compared.
@@ -89,6 +89,7 @@ class HlsRow:
     mismatches: Optional[int] = None
     first_mismatch: Optional[dict] = None
     state_mismatches: Optional[int] = None  # learner: stored coefficients that differ after the trajectory
+    state_codes: Optional[int] = None  # learner: stored coefficients compared
     lane_mismatches: Optional[int] = None  # learner: LFSR lanes that differ (stochastic rounding)
 
 
@@ -114,10 +115,6 @@ def timed(fn: Callable[[], object], repeats: int) -> tuple[object, float]:
         fn()
         times.append(time.perf_counter() - t)
     return first, float(np.median(times))
-
-
-def _missing_extensions(e: ModuleNotFoundError) -> bool:
-    return (e.name or "").endswith("backends.hls.extensions")
 
 
 def _graphs(design: HlsDesign, seed: int):
@@ -152,11 +149,6 @@ def _build(design: HlsDesign, options, seed: int, tmp: Path, progress: Callable[
             write_project(hm, tmp / f"out{i}")
         except BitforgeError as e:  # HlsError, or an extension layer's refusal: the reason, named by the error
             reasons.append(f"{head or 'graph'}: {e}")
-            continue
-        except ModuleNotFoundError as e:
-            if not _missing_extensions(e):
-                raise
-            reasons.append(f"{head or 'graph'}: no bitforge extension layers yet (backends/hls/extensions.py)")
             continue
         return head, g, hm, time.perf_counter() - t0, reasons
     return None, None, None, None, reasons
@@ -238,6 +230,7 @@ def _learner_row(design: HlsDesign, batch: int, repeats: int, seed: int, options
     first = runs[0]
     row.vectors, row.mismatches, row.first_mismatch = first["vectors"], first["mismatches"], first["first_mismatch"]
     row.state_mismatches, row.lane_mismatches = first["state_mismatches"], first["lane_mismatches"]
+    row.state_codes = first["state_codes"]
     bad = any(r[k] for r in runs for k in ("mismatches", "state_mismatches", "lane_mismatches"))
     row.status = "mismatch" if bad else "ok"
     row.csim_seconds_median = float(np.median([r["csim_seconds"] for r in runs[1:]]))
@@ -309,6 +302,11 @@ def _num(v: Optional[float], fmt: str) -> str:
     return "n/a" if v is None else format(v, fmt)
 
 
+def _ratio(v: Optional[float]) -> str:
+    """Two decimals, or two significant digits below 0.1 (the learner's C++ loop is hundreds of times faster)."""
+    return "n/a" if v is None else f"{v:.2f}" if v >= 0.1 else f"{v:.2g}"
+
+
 def _flow(r: HlsRow) -> str:
     if r.flow == "hls4ml":
         return f"hls4ml {r.backend}/{r.io}/{r.strategy}"
@@ -335,14 +333,14 @@ def table(rows: Sequence[HlsRow]):
         if r.note:
             notes.append(f"{r.design}: {r.note}")
         if r.state_mismatches is not None:
-            notes.append(f"{r.design}: mismatches counts predictions; after the trajectory {r.state_mismatches} "
-                         f"stored codes and {r.lane_mismatches} LFSR lanes differ")
+            notes.append(f"{r.design}: mismatches counts predictions; after the trajectory {r.state_mismatches} of "
+                         f"{r.state_codes} stored codes and {r.lane_mismatches} LFSR lanes differ")
         if r.status == "n/a":
             t.add_row(name, _flow(r), *(["n/a"] * (len(cols) - 2)))
             continue
         t.add_row(name, _flow(r), str(r.layers), _num(r.convert_write_s, ".2f"),
                   _num(r.gxx_compile_s, ".1f"), _num(r.csim_samples_per_s, ",.0f"),
-                  _num(r.golden_samples_per_s, ",.0f"), _num(r.golden_over_csim, ".3g"),
+                  _num(r.golden_samples_per_s, ",.0f"), _ratio(r.golden_over_csim),
                   _num(r.vectors, ","), _num(r.mismatches, ","))
     timings = sorted({(_flow(r).split()[0], r.csim_timing) for r in rows if r.status != "n/a"})
     notes += [f"C-sim/s of {flow}: {how}" for flow, how in timings]

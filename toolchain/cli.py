@@ -837,10 +837,11 @@ def _add_bench_commands(sub, fmt) -> None:
 
     from .bench.hls import add_arguments as add_hls_arguments
     add_hls_arguments(suite(
-        "hls", cmd_bench_hls, "hls4ml C simulation vs golden model",
-        "The HLS backend per design: conversion + project write and g++ build times, hls4ml's C-simulation "
-        "samples/s against the golden model's on the same batch in the same run (as a ratio), and every output "
-        "compared code for code (exit 1 on a mismatch). No vendor tool runs.",
+        "hls", cmd_bench_hls, "HLS C simulation vs golden model",
+        "The HLS backend per design (jet-mlp and digits-cnn through hls4ml, the T1 learner from bitforge's learner "
+        "templates): project generation and g++ build times, the C simulation's samples/s against the golden "
+        "model's on the same inputs in the same run (as a ratio), and every output compared code for code (exit 1 "
+        "on a mismatch). No vendor tool runs.",
         "bitforge bench hls --json bench-hls.json\nbitforge bench hls --designs jet-mlp --batch 1000 --repeats 1"))
 
     from .compress.commands import add_bench_arguments, add_neuqi_bench_arguments

@@ -82,12 +82,12 @@ class OnnxRunError(BitforgeError):
 def _dense_stage(b: Builder, x: IntVal, x_type: FixedType, w: np.ndarray, w_type: FixedType,
                  bias: Optional[np.ndarray], bias_type: Optional[FixedType], accum: FixedType, out: FixedType,
                  hint: str) -> IntVal:
-    """``emulate.dense_stage``: the accumulation rule, then requantize. Where the rule is the exact sum with one
-    overflow (``accumulate.accumulation_plan`` for the input's proven interval), one int64 MatMul; else the
-    products one by one (:func:`.onnx_int64.accumulate_products`)."""
+    """``emulate.dense_stage``: the accumulation rule, then requantize. Where no product is rounded and no partial
+    sum can saturate (``accumulate.accumulation_plan`` for the input's proven interval), one int64 MatMul; else
+    the products one by one (:func:`.onnx_int64.accumulate_products`)."""
     plan = accumulation_plan(x_type, w, w_type, bias, bias_type, accum, (x.lo, x.hi))
-    if plan.exact:
-        acc = _exact_accumulator(b, x, w, plan.shift, bias, bias_type, accum, hint)
+    if not (plan.rounds_products or plan.saturates):
+        acc = _matrix_accumulator(b, x, w, plan.shift, bias, bias_type, accum, hint)
     else:
         xe = IntVal(b.op("Unsqueeze", [x.name, b.i64s([-2])]), x.lo, x.hi)  # (..., 1, in)
         converted = None if bias is None else convert_bias(bias, bias_type, accum)
@@ -95,17 +95,18 @@ def _dense_stage(b: Builder, x: IntVal, x_type: FixedType, w: np.ndarray, w_type
     return requantize(b, acc, accum, out)
 
 
-def _exact_accumulator(b: Builder, x: IntVal, w: np.ndarray, shift: int, bias: Optional[np.ndarray],
-                       bias_type: Optional[FixedType], accum: FixedType, hint: str) -> IntVal:
-    """The exact sum at the accumulator's LSB (products shifted there exactly: ``shift`` bits that every weight
-    code has as trailing zeros, or ``-shift`` appended), the bias aligned exactly, one overflow."""
+def _matrix_accumulator(b: Builder, x: IntVal, w: np.ndarray, shift: int, bias: Optional[np.ndarray],
+                        bias_type: Optional[FixedType], accum: FixedType, hint: str) -> IntVal:
+    """The sum of exact products at the accumulator's LSB (shifted there exactly: ``shift`` bits that every weight
+    code has as trailing zeros, or ``-shift`` appended), plus the bias rounded to that LSB, one overflow (WRAP is
+    modular; the caller has shown that a saturating mode cannot act)."""
     w = np.asarray(w).astype(object)
     w = w // (1 << shift) if shift > 0 else w * (1 << -shift)
     if w.size and max(abs(int(v)) for v in w.ravel()) > INT64_MAX:
         raise b.fail(f"{hint}: weights aligned to the accumulator {accum} do not fit int64")
     acc = matmul_const(b, x, w.astype(np.int64), hint)
     if bias is not None:
-        aligned = rounded_bias(bias, bias_type, accum).astype(object)  # exact here: the plan rounds nothing
+        aligned = rounded_bias(bias, bias_type, accum).astype(object)
         if aligned.size and max(abs(int(v)) for v in aligned) > INT64_MAX:
             raise b.fail(f"bias aligned to the accumulator {accum} does not fit int64")
         name = b.op("Add", [acc.name, b.array("bias_aligned", aligned.astype(np.int64))])

@@ -123,9 +123,9 @@ def _slope_frac(b: Builder, t: FixedType, field: str) -> int:
 # -- fixed point: the golden model's rules on int64 codes -------------------------------------------------------
 
 def _conv(b: Builder, g: Graph, n: Conv, x: IntVal, xt: FixedType, out: FixedType) -> IntVal:
-    """``emulate.conv_fixed``: every output position a Dense stage over its window. Where the accumulation rule is
-    the exact sum (``accumulate.accumulation_plan``), one MatMul per group; else the products of every window
-    rounded or added one by one (:func:`.onnx_int64.accumulate_products`)."""
+    """``emulate.conv_fixed``: every output position a Dense stage over its window. Where no product is rounded and
+    no partial sum can saturate (``accumulate.accumulation_plan``), one MatMul per group; else the products of
+    every window rounded or added one by one (:func:`.onnx_int64.accumulate_products`)."""
     accum = n.need("accum_type", *UNTYPED)
     in_shape, out_shape = g.tensors[n.input].shape, g.tensors[n.output].shape
     idx = window_indices(in_shape[1:], n.kernel, n.stride, n.padding, n.dilation)
@@ -139,7 +139,7 @@ def _conv(b: Builder, g: Graph, n: Conv, x: IntVal, xt: FixedType, out: FixedTyp
     v = b.op("Reshape", [win.name, b.i64s([0, groups, cg, positions, taps])])
     v = b.op("Transpose", [v], perm=[0, 1, 3, 2, 4])
     v = b.op("Reshape", [v, b.i64s([0, groups, positions, cg * taps])])
-    if not plan.exact:
+    if plan.rounds_products or plan.saturates:
         ve = IntVal(b.op("Unsqueeze", [v, b.i64s([-2])]), win.lo, win.hi)  # (N, G, P, 1, cg * K)
         bias = None
         if n.bias is not None:
@@ -149,7 +149,7 @@ def _conv(b: Builder, g: Graph, n: Conv, x: IntVal, xt: FixedType, out: FixedTyp
         t = b.op("Transpose", [acc.name], perm=[0, 1, 3, 2])  # (N, G, og, P): channel grp * og + o
         return requantize(b, IntVal(b.op("Reshape", [t, b.i64s([0, *out_shape])]), acc.lo, acc.hi), accum, out)
     wa = w2.astype(object)
-    wa = wa // (1 << plan.shift) if plan.shift > 0 else wa * (1 << -plan.shift)  # exact: see the plan
+    wa = wa // (1 << plan.shift) if plan.shift > 0 else wa * (1 << -plan.shift)  # exact: no product rounds
     w2 = wa.astype(np.int64)
     lo, hi = matmul_interval(b, win, w2, "weight")  # per output channel: its group's taps are its row
     wg = w2.reshape(groups, og, cg * taps).transpose(0, 2, 1)  # (G, cg * K, og)

@@ -75,6 +75,41 @@ def test_quantized_mlp_csim_equals_golden_on_10000_vectors(tmp_path):
     assert (out / "hls" / "tb_data" / "tb_input_features.dat").is_file()
 
 
+def test_float_mlp_at_hls4ml_default_type_is_bit_exact_in_onnx_and_csim(tmp_path):
+    """``--precision 'ap_fixed<16,6>'``: hls4ml's default for every weight, bias, activation and accumulator. Each
+    accumulator has 10 fractional bits while the products have 20, so every product is truncated before it is
+    summed (hls4ml's arithmetic, the IR's accumulation rule); ONNX Runtime and the C simulation both agree."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 24), torch.nn.ReLU(), torch.nn.Linear(24, 5))
+    g = _graph(m, torch.randn(4, 16), "ap_fixed<16,6>", -4.0, 4.0)
+    dense = [n for n in g.nodes if isinstance(n, ir.Dense)]
+    assert all(n.accum_type == parse_type("ap_fixed<16,6>") for n in dense)
+    assert all(n.accum_type.frac < g.tensors[n.input].dtype.frac + n.weight_type.frac for n in dense)
+    _check(g, tmp_path, vectors=10_000)
+    from bitforge.toolchain.backends.onnx_backend import run_onnxruntime, to_onnx
+    from bitforge.toolchain.verify.compare import compare_outputs
+    from bitforge.toolchain.verify.vectors import make_vectors
+    vectors = make_vectors(g, 10_000, 1)
+    assert compare_outputs(g, vectors, run_onnxruntime(to_onnx(g), vectors), "onnxruntime").mismatches == 0
+
+
+def test_kan_layer_through_the_extension_api(tmp_path):
+    """kan-tracker: a KAN layer as bitforge's hls4ml extension layer (its C++ in the package's hls/ folder)."""
+    out = tmp_path / "kt"
+    report = compile_model("kan-tracker", out, CompileOptions(to=("hls",), vectors=10_000))
+    assert report["verification"]["golden_vs_hls_csim"]["mismatches"] == 0
+    assert report["hls"]["layers"]["kan_1"] == ["kan_1"]
+    assert "bitforge_kan.h" in (out / "hls" / "firmware" / "bitforge_model.cpp").read_text() + "".join(
+        p.read_text() for p in (out / "hls" / "firmware").glob("*.h"))
+
+
+@pytest.mark.slow
+def test_digits_cnn_with_softmax_head(tmp_path):
+    """The digits CNN at 8 bits: BatchNorm folded, native Conv2D and max pooling, the softmax an extension layer."""
+    report = compile_model("digits-cnn", tmp_path / "cnn", CompileOptions(to=("hls",), precision="8", vectors=3000))
+    assert report["verification"]["golden_vs_hls_csim"]["mismatches"] == 0
+
+
 def test_lowrank_mlp_is_two_dense_layers_and_bit_exact(tmp_path):
     torch.manual_seed(0)
     m = torch.nn.Sequential(LowRankLinear(12, 16, rank=3), torch.nn.ReLU(), QuantLinear(16, 4))

@@ -30,10 +30,10 @@ import math
 import re
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Optional, Union
 
 import numpy as np
 
@@ -103,7 +103,7 @@ def _literal(code: int, frac: int) -> str:
     return repr(math.ldexp(float(int(code)), -frac))
 
 
-def _array(values: np.ndarray, fmt, indent: str = "    ") -> str:
+def _array(values: np.ndarray, fmt, indent: str = "") -> str:
     """A nested brace initialiser of ``values`` (any shape), wrapped at 120 columns."""
     values = np.asarray(values)
     if values.ndim == 1:
@@ -219,78 +219,82 @@ def generate_hls_learner(learner: Learner, name: Optional[str] = None, *, part: 
     """The project's files for ``learner`` (its initial state baked in), deterministic: the same learner gives
     the same text."""
     _check_literals(learner)
-    spec, f = learner.spec, learner.formats
+    spec = learner.spec
     name = c_name(name or learner.graph.name)
-    nodes = learner.layers()
     kan = spec.kind == "kan"
-    n_in, n_out = spec.sizes[0], spec.sizes[-1]
     seeds = lane_seeds(spec)
+    parts = [(_kan_layer if kan else _dense_layer)(learner, l, n, seeds[l]) for l, n in enumerate(learner.layers())]
+    configs, decls, partitions, read_state, read_lanes = ([p[j] for p in parts] for j in range(5))
     n_lanes = sum(int(np.prod(s)) for shapes in lane_counts(spec) for s in shapes)
-    n_state = learner.n_params
-    configs, state_decls, partitions, read_state, read_lanes, body = [], [], [], [], [], []
-    for l, n in enumerate(nodes):
-        if kan:
-            text, dims = _kan_config(learner, l, n)
-            configs.append(text)
-            k1, depth = dims["k1"], dims["depth"]
-            C = np.asarray(n.coeffs, dtype=np.int64)
-            banks = np.zeros((n.out_features, n.in_features, k1, depth), dtype=np.int64)
-            for p in range(n.grid_size + n.order):
-                banks[:, :, p % k1, p // k1] = C[:, :, p]
-            table = basis_table(n.order, n.u_bits, f.basis, n.basis_impl)
-            dtable = derivative_table(n.order, n.u_bits, f.basis, n.basis_impl)
-            state_decls += [
-                f"// layer {l}: bank j, address a holds coefficient p = a * {k1} + j (zero past the last one)",
-                f"layer{l}_config::storage_t coeffs{l}[{n.out_features}][{n.in_features}][{k1}][{depth}] = "
-                f"{_codes(banks, f.storage)};",
-                f"ap_uint<32> lanes{l}[{n.out_features}][{n.in_features}][{k1}] = {_lane_literals(seeds[l][0])};",
-                f"const layer{l}_config::basis_t basis{l}[{1 << n.u_bits}][{k1}] = {_codes(table, f.basis)};",
-                f"const layer{l}_config::dbasis_t dbasis{l}[{1 << n.u_bits}][{k1}] = "
-                f"{_codes(dtable, f.basis.with_(signed=True))};" if l > 0 else
-                f"// layer 0 back-propagates nothing: its derivative table is a placeholder\n"
-                f"const layer0_config::dbasis_t dbasis0[{1 << n.u_bits}][{k1}] = {{}};",
-            ]
-            partitions += [f"#pragma HLS ARRAY_PARTITION variable=coeffs{l} complete dim={d}" for d in (1, 2, 3)]
-            partitions += [f"#pragma HLS ARRAY_PARTITION variable=lanes{l} complete dim=0",
-                           f"#pragma HLS ARRAY_PARTITION variable=basis{l} complete dim=2"]
-            read_state.append(f"    for (int o = 0; o < {n.out_features}; o++)\n"
-                              f"        for (int i = 0; i < {n.in_features}; i++)\n"
-                              f"            for (int p = 0; p < {n.grid_size + n.order}; p++)\n"
-                              f"                codes[k++] = bitforge::code_of(coeffs{l}[o][i][p % {k1}][p / {k1}])"
-                              ".to_int64();")
-            read_lanes.append(f"    for (int o = 0; o < {n.out_features}; o++)\n"
-                              f"        for (int i = 0; i < {n.in_features}; i++)\n"
-                              f"            for (int m = 0; m < {k1}; m++) states[k++] = lanes{l}[o][i][m].to_int64();")
-        else:
-            configs.append(_dense_config(learner, l, n))
-            W, b = np.asarray(n.weight, dtype=np.int64), np.asarray(n.bias, dtype=np.int64)
-            state_decls += [
-                f"layer{l}_config::storage_t weight{l}[{n.out_features}][{n.in_features}] = {_codes(W, f.storage)};",
-                f"layer{l}_config::storage_t bias{l}[{n.out_features}] = {_codes(b, f.storage)};",
-                f"ap_uint<32> weight_lanes{l}[{n.out_features}][{n.in_features}] = {_lane_literals(seeds[l][0])};",
-                f"ap_uint<32> bias_lanes{l}[{n.out_features}] = {_lane_literals(seeds[l][1])};",
-            ]
-            partitions += [f"#pragma HLS ARRAY_PARTITION variable={v}{l} complete dim=0"
-                           for v in ("weight", "bias", "weight_lanes", "bias_lanes")]
-            read_state.append(f"    for (int o = 0; o < {n.out_features}; o++)\n"
-                              f"        for (int i = 0; i < {n.in_features}; i++)\n"
-                              f"            codes[k++] = bitforge::code_of(weight{l}[o][i]).to_int64();\n"
-                              f"    for (int o = 0; o < {n.out_features}; o++) "
-                              f"codes[k++] = bitforge::code_of(bias{l}[o]).to_int64();")
-            read_lanes.append(f"    for (int o = 0; o < {n.out_features}; o++)\n"
-                              f"        for (int i = 0; i < {n.in_features}; i++) "
-                              f"states[k++] = weight_lanes{l}[o][i].to_int64();\n"
-                              f"    for (int o = 0; o < {n.out_features}; o++) "
-                              f"states[k++] = bias_lanes{l}[o].to_int64();")
-    body = _top_body(learner, kan)
-    header = _firmware_header(learner, name, configs, n_state, n_lanes)
-    source = _firmware_source(learner, name, state_decls, partitions, body, read_state, read_lanes)
+    header = _firmware_header(learner, name, configs, learner.n_params, n_lanes)
+    source = _firmware_source(name, [d for layer in decls for d in layer], [p for layer in partitions for p in layer],
+                              _top_body(learner, kan), read_state, read_lanes)
     files = {f"firmware/{name}.h": header, f"firmware/{name}.cpp": source, f"tb/{name}_tb.cpp": _testbench(name),
              "build_csim.sh": _build_script(name), "build_vitis.tcl": _vitis_tcl(name, part, clock_ns),
              "README.md": _readme(learner, name, part, clock_ns)}
     for t in TEMPLATES[spec.kind]:
         files[f"firmware/{t}"] = resources.files("bitforge.hls").joinpath(t).read_text()
-    return HlsLearner(name, spec.kind, files, n_state, n_lanes, tuple(spec.sizes))
+    return HlsLearner(name, spec.kind, files, learner.n_params, n_lanes, tuple(spec.sizes))
+
+
+def _kan_layer(learner: Learner, l: int, n: ir.KANLayer, seeds: tuple) -> tuple[str, list, list, str, str]:
+    """KAN layer ``l``: its config, its state and ROM declarations (banks: bank j, address a holds coefficient
+    p = a (k+1) + j), their pragmas, and the C-sim read-back of its coefficients and lanes."""
+    f = learner.formats
+    config, dims = _kan_config(learner, l, n)
+    k1, depth, G_k = dims["k1"], dims["depth"], n.grid_size + n.order
+    C = np.asarray(n.coeffs, dtype=np.int64)
+    banks = np.zeros((n.out_features, n.in_features, k1, depth), dtype=np.int64)
+    for p in range(G_k):
+        banks[:, :, p % k1, p // k1] = C[:, :, p]
+    rows = 1 << n.u_bits
+    table = basis_table(n.order, n.u_bits, f.basis, n.basis_impl)
+    dtable = derivative_table(n.order, n.u_bits, f.basis, n.basis_impl)
+    decls = [
+        f"// layer {l}: bank j, address a holds coefficient p = a * {k1} + j (zero past the last one)",
+        f"layer{l}_config::storage_t coeffs{l}[{n.out_features}][{n.in_features}][{k1}][{depth}] = "
+        f"{_codes(banks, f.storage)};",
+        f"ap_uint<32> lanes{l}[{n.out_features}][{n.in_features}][{k1}] = {_lane_literals(seeds[0])};",
+        f"const layer{l}_config::basis_t basis{l}[{rows}][{k1}] = {_codes(table, f.basis)};",
+        f"const layer{l}_config::dbasis_t dbasis{l}[{rows}][{k1}] = {_codes(dtable, f.basis)};" if l > 0 else
+        "// layer 0 back-propagates nothing: its derivative table is a placeholder\n"
+        f"const layer0_config::dbasis_t dbasis0[{rows}][{k1}] = {{}};",
+    ]
+    partitions = [f"#pragma HLS ARRAY_PARTITION variable=coeffs{l} complete dim={d}" for d in (1, 2, 3)]
+    partitions += [f"#pragma HLS ARRAY_PARTITION variable=lanes{l} complete dim=0",
+                   f"#pragma HLS ARRAY_PARTITION variable=basis{l} complete dim=2"]
+    read_state = (f"    for (int o = 0; o < {n.out_features}; o++)\n"
+                  f"        for (int i = 0; i < {n.in_features}; i++)\n"
+                  f"            for (int p = 0; p < {G_k}; p++)\n"
+                  f"                codes[k++] = bitforge::code_of(coeffs{l}[o][i][p % {k1}][p / {k1}]).to_int64();")
+    read_lanes = (f"    for (int o = 0; o < {n.out_features}; o++)\n"
+                  f"        for (int i = 0; i < {n.in_features}; i++)\n"
+                  f"            for (int m = 0; m < {k1}; m++) states[k++] = lanes{l}[o][i][m].to_int64();")
+    return config, decls, partitions, read_state, read_lanes
+
+
+def _dense_layer(learner: Learner, l: int, n: ir.Dense, seeds: tuple) -> tuple[str, list, list, str, str]:
+    """Dense layer ``l``: as :func:`_kan_layer` (weights, biases and their lanes, all registers)."""
+    f = learner.formats
+    W, b = np.asarray(n.weight, dtype=np.int64), np.asarray(n.bias, dtype=np.int64)
+    decls = [
+        f"layer{l}_config::storage_t weight{l}[{n.out_features}][{n.in_features}] = {_codes(W, f.storage)};",
+        f"layer{l}_config::storage_t bias{l}[{n.out_features}] = {_codes(b, f.storage)};",
+        f"ap_uint<32> weight_lanes{l}[{n.out_features}][{n.in_features}] = {_lane_literals(seeds[0])};",
+        f"ap_uint<32> bias_lanes{l}[{n.out_features}] = {_lane_literals(seeds[1])};",
+    ]
+    partitions = [f"#pragma HLS ARRAY_PARTITION variable={v}{l} complete dim=0"
+                  for v in ("weight", "bias", "weight_lanes", "bias_lanes")]
+    read_state = (f"    for (int o = 0; o < {n.out_features}; o++)\n"
+                  f"        for (int i = 0; i < {n.in_features}; i++) codes[k++] = "
+                  f"bitforge::code_of(weight{l}[o][i]).to_int64();\n"
+                  f"    for (int o = 0; o < {n.out_features}; o++) "
+                  f"codes[k++] = bitforge::code_of(bias{l}[o]).to_int64();")
+    read_lanes = (f"    for (int o = 0; o < {n.out_features}; o++)\n"
+                  f"        for (int i = 0; i < {n.in_features}; i++) "
+                  f"states[k++] = weight_lanes{l}[o][i].to_int64();\n"
+                  f"    for (int o = 0; o < {n.out_features}; o++) states[k++] = bias_lanes{l}[o].to_int64();")
+    return _dense_config(learner, l, n), decls, partitions, read_state, read_lanes
 
 
 def _top_body(learner: Learner, kan: bool) -> list[str]:
@@ -337,7 +341,7 @@ def _firmware_header(learner: Learner, name: str, configs: list[str], n_state: i
         f'#include "{template}"', "",
         f"typedef {f.input.to_ap()} input_t;  // the sample's inputs",
         f"typedef {f.datapath.to_ap()} data_t;  // predictions, targets, hidden activations",
-        f"typedef {f.error.to_ap()} grad_t;  // e = y_hat - t and the back-propagated errors (error_t is glibc's)",
+        f"typedef {f.error.to_ap()} grad_t;  // e = y_hat - t, back-propagated errors (glibc owns error_t)",
         f"typedef {f.storage.to_ap()} storage_t;  // the learned state",
         "", f"static const int N_IN = {spec.sizes[0]};", f"static const int N_OUT = {spec.sizes[-1]};",
         f"static const int N_STATE = {n_state};  // stored coefficients (KAN) or weights and biases (MLP)",
@@ -351,7 +355,7 @@ def _firmware_header(learner: Learner, name: str, configs: list[str], n_state: i
         "#endif", "", f"#endif  // {guard}", ""])
 
 
-def _firmware_source(learner: Learner, name: str, state_decls: list[str], partitions: list[str], body: list[str],
+def _firmware_source(name: str, state_decls: list[str], partitions: list[str], body: list[str],
                      read_state: list[str], read_lanes: list[str]) -> str:
     return "\n".join([
         f"// {name}: the top function and the learner's initial state (generated by bitforge; do not edit).",

@@ -233,8 +233,13 @@ def dense_accumulator(x: np.ndarray, x_type: FixedType, w: np.ndarray, w_type: F
             w = w.astype(np.int64) >> d if w.dtype != object else w // (1 << d)
         elif d < 0:
             w = fixed.int_array(w, _magnitude_bits(w) - d + 1) << (-d)
-        acc = exact_matmul(x, w)
-        return fixed.apply_overflow(acc + b if b is not None else acc, accum)
+        acc = exact_matmul(x, w)  # a new array: adding the bias in place saves a (N, out) allocation
+        if b is not None:
+            if acc.dtype == np.int64 and b.dtype == np.int64:
+                acc += b
+            else:
+                acc = acc + b
+        return fixed.apply_overflow(acc, accum)
     bits = _magnitude_bits(x) + _magnitude_bits(w) + max(-d, 0) + 1
     if sequential:
         return _sequential(x, w, d, b, accum, max(bits, accum.width) + 2)

@@ -62,7 +62,8 @@ CONFIGS = {
     "accum_finer_sat_sym": _config("ap_ufixed<8,4>", "ap_fixed<6,2>", "ap_fixed<8,5>",
                                    "ap_fixed<22,6,AP_TRN,AP_SAT_SYM>", "ap_fixed<12,8,AP_RND_ZERO,AP_SAT>", 10, 4),
     "rnd_min_inf_sat_zero": _config("ap_fixed<12,4>", "ap_fixed<9,1>", "ap_fixed<12,3>",
-                                    "ap_fixed<12,5,AP_RND_MIN_INF,AP_SAT_ZERO>", "ap_fixed<8,3,AP_RND_CONV,AP_SAT>", 7, 3),
+                                    "ap_fixed<12,5,AP_RND_MIN_INF,AP_SAT_ZERO>", "ap_fixed<8,3,AP_RND_CONV,AP_SAT>",
+                                    7, 3),
     "exact_wrap": _config("ap_fixed<8,3>", "ap_fixed<8,2>", "ap_fixed<8,3>", "ap_fixed<24,13>",
                           "ap_fixed<9,4,AP_RND_CONV,AP_SAT>", 20, 7),
 }

@@ -1,1 +1,1 @@
-"""Package data for a planned HLS C++ backend: nothing here yet but README.md (see it for the plan)."""
+"""Package data: the HLS C++ headers of bitforge's hls4ml extension layers and online learners (see README.md)."""

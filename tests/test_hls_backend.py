@@ -18,6 +18,7 @@ import torch
 from bitforge.models.lowrank import LowRankLinear
 from bitforge.models.quant import QuantLinear
 from bitforge.toolchain import ir
+from bitforge.toolchain.errors import BitforgeError
 from bitforge.toolchain.backends.hls.convert import HlsError, HlsOptions, to_layer_list
 from bitforge.toolchain.compiler import CompileError, CompileOptions, LoadedModel, compile_model, prepare
 from bitforge.toolchain.fixed import parse_type
@@ -210,7 +211,7 @@ def test_hls_options_without_the_hls_backend_are_refused():
 def test_missing_gxx_is_a_clear_error(tmp_path, monkeypatch):
     g = _graph(torch.nn.Sequential(QuantLinear(4, 2)), torch.randn(2, 4))
     monkeypatch.setenv("PATH", str(tmp_path))  # no g++ on it
-    with pytest.raises(HlsError, match=r"g\+\+ not found.*apt-get install -y g\+\+"):
+    with pytest.raises(BitforgeError, match=r"g\+\+.* not found on PATH.*apt-get install -y g\+\+"):
         write_and_check_hls(g, tmp_path, HlsOptions(), 10, 0)
     assert not any((tmp_path / "hls").glob("*.so"))
 

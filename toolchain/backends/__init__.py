@@ -1,1 +1,1 @@
-"""Backends: IR -> ONNX (``onnx_backend``) and IR -> Verilog (``rtl/``); an HLS C++ backend is planned."""
+"""Backends: IR -> ONNX (``onnx_backend``), IR -> Verilog (``rtl/``), IR -> HLS C++ through hls4ml (``hls/``)."""

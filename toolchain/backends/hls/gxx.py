@@ -51,8 +51,8 @@ def ap_types_dir() -> Path:
         import hls4ml
     except ImportError:
         raise HlsToolError("hls4ml is not installed: bitforge builds HLS C simulations with the ap_fixed/ap_int "
-                           "headers it ships; install it (pip install 'hls4ml>=1.1', or pip install "
-                           "'bitforge[test]')") from None
+                           "headers it ships; install it (pip install 'hls4ml>=1.3,<1.4', a "
+                           "dependency of bitforge)") from None
     d = Path(hls4ml.__file__).parent / "templates" / "vivado" / "ap_types"
     if not (d / "ap_fixed.h").is_file():
         raise HlsToolError(f"{d}/ap_fixed.h not found: this hls4ml ({getattr(hls4ml, '__version__', '?')}) no longer "

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -167,14 +166,10 @@ class CsimLibrary:
         return np.asarray(y, dtype=np.float64).reshape(len(x), -1)
 
 
-def require_gxx() -> None:
-    if shutil.which("g++") is None:
-        raise HlsError("g++ not found: hls4ml's C simulation is built with g++ (apt-get install -y g++)")
-
-
 def compile_csim(hm: HlsModel) -> CsimLibrary:
     """Build the C-simulation library (g++ only) in the model's own (scratch) output folder."""
-    require_gxx()
+    from .gxx import require_gxx
+    require_gxx("g++")  # hls4ml's build_lib.sh calls g++ by name, whatever $CXX says
     log = io.StringIO()
     t0 = time.perf_counter()
     try:

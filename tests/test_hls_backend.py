@@ -194,6 +194,18 @@ def test_padded_max_pool_is_refused():
         to_layer_list(g)
 
 
+def test_resource_strategy_refuses_a_saturating_accumulator_it_would_sum_in_another_order():
+    """hls4ml's Resource strategy sums a layer's products strided by the reuse factor; with a saturating accumulator
+    that can clip a partial sum, that order changes the bits, so the converter refuses it (and accepts the same
+    layer under Latency, where hls4ml sums in input order as the IR does)."""
+    m = torch.nn.Sequential(torch.nn.Linear(16, 4))
+    g = _graph(m, torch.randn(2, 16), "ap_fixed<10,3,AP_RND,AP_SAT>", -4.0, 4.0)
+    with pytest.raises(HlsError, match=r"Dense '.*': the Resource strategy with reuse 4 .* saturates partial sums"):
+        to_layer_list(g, HlsOptions(strategy="resource", reuse=4))
+    to_layer_list(g, HlsOptions(strategy="latency", reuse=4))
+    to_layer_list(g, HlsOptions(strategy="resource", reuse=1))
+
+
 def test_bad_hls_options_are_named():
     with pytest.raises(HlsError, match="--io must be one of parallel, stream"):
         HlsOptions(io="axi")

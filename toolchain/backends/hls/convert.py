@@ -251,18 +251,17 @@ class _Builder:
         return name
 
     def _check_order(self, n: Node, accum: FixedType, n_in: int) -> None:
-        """hls4ml's Resource strategy adds a dense layer's products in strided order (``ir + rf * im``), not input
-        order: the same bits unless a saturating accumulator clips a partial sum, which the IR defines in input
-        order. Refused rather than computed differently from the golden model."""
+        """hls4ml's Resource strategy adds a layer's products in strided order (``ir + rf * im``), not input order:
+        the same bits unless a saturating accumulator clips a partial sum, which the IR defines in input order.
+        Refused rather than computed differently from the golden model."""
         if (self.options.strategy_of(n.name) == "resource" and self.options.reuse_of(n.name) > 1
                 and accum.overflow != Overflow.WRAP):
-            from ...accumulate import exact_accumulation  # the rule's own judgement of "no partial sum clips"
-            reason = _saturation_reason(self.g, n, exact_accumulation)
+            reason = _saturation_reason(self.g, n)
             if reason:
                 raise self.refuse(n, f"the Resource strategy with reuse {self.options.reuse_of(n.name)} sums the "
                                      f"products in another order than the IR, and the accumulator {accum} "
-                                     f"saturates ({reason}); use --strategy latency, a WRAP accumulator, or "
-                                     "reuse 1 for this layer")
+                                     f"{reason}; use --strategy latency, a WRAP accumulator, or reuse 1 for this "
+                                     "layer")
 
     def _conv(self, n: Conv, out: FixedType) -> None:
         if n.groups != 1 or any(d != 1 for d in n.dilation):
@@ -320,13 +319,21 @@ NATIVE_OPS = ("Quantize", "Dense", "LowRankDense", "ReLU", "Requantize", "Add", 
               "Pool")
 
 
-def _saturation_reason(g: Graph, n: Node, exact_accumulation) -> Optional[str]:
+def _saturation_reason(g: Graph, n: Node) -> Optional[str]:
+    """Why a stage of ``n`` may clip a partial sum (the accumulation rule's own analysis), or None."""
+    from ...accumulate import accumulation_plan
+
     x_type = g.tensors[n.input].dtype
     if isinstance(n, LowRankDense):
-        return (exact_accumulation(x_type, n.v, n.v_type, None, None, n.accum_v_type)
-                or exact_accumulation(n.mid_type, n.u, n.u_type, n.bias, n.bias_type, n.accum_type))
-    w = n.weight.reshape(n.weight.shape[0], -1)
-    return exact_accumulation(x_type, w, n.weight_type, n.bias, n.bias_type, n.accum_type)
+        stages = [(x_type, n.v, n.v_type, None, None, n.accum_v_type),
+                  (n.mid_type, n.u, n.u_type, n.bias, n.bias_type, n.accum_type)]
+    else:
+        stages = [(x_type, n.weight.reshape(n.weight.shape[0], -1), n.weight_type, n.bias, n.bias_type, n.accum_type)]
+    for stage in stages:
+        plan = accumulation_plan(*stage)
+        if plan.saturates:
+            return plan.reason
+    return None
 
 
 def to_layer_list(g: Graph, options: HlsOptions = HlsOptions()) -> Conversion:

@@ -4,9 +4,12 @@ hls4ml's own PyTorch converter and compiled by bitforge with ``--hls-config``, g
 The reference here is not bitforge's project but hls4ml's conversion of the user's model (``convert_from_pytorch_model``
 with the user's config, exactly as an hls4ml user runs it), C-simulated with g++: bitforge's golden model must
 predict that firmware on 10,000 seeded vectors, edge values included, and so must the C simulation of bitforge's own
-project. Three configurations, as the issue lists them: ``ap_fixed<16,6>`` everywhere (narrow TRN/WRAP
-accumulators that round every product), per-layer mixed types, and RND/SAT types with a saturating accumulator.
-Each configuration costs two g++ builds (about 15 s on 2 cores): they run in the slow step.
+project; and every layer's result and accumulator type in bitforge's IR must be the one hls4ml's model gave it.
+Four configurations: ``ap_fixed<16,6>`` everywhere (narrow TRN/WRAP accumulators that round every product), per-layer
+mixed types (narrow weights, whose decimal text hls4ml rounds), RND/SAT types with a saturating accumulator, and the
+generated config as it is, 'auto' everywhere (hls4ml infers full-width Dense results, the ReLUs wrap them to the
+default). bitforge reads the whole generated config, as a user dumps it (the module as its repr string, InputShape as
+a list). Each configuration costs two g++ builds (about 15 s on 2 cores): they run in the slow step.
 """
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ import yaml
 
 from bitforge.toolchain import emulate, ir
 from bitforge.toolchain.compiler import CompileOptions, compile_model
-from bitforge.toolchain.fixed import parse_type
+from bitforge.toolchain.fixed import FixedType, parse_type
+from bitforge.toolchain.passes.hls_config import hls4ml_aliases
 from bitforge.toolchain.verify.vectors import make_vectors
 
 
@@ -53,7 +57,6 @@ def _hls4ml_config(m: torch.nn.Module, model_precision, layers: dict) -> dict:
 
     cfg = hls4ml.utils.config_from_pytorch_model(m, input_shape=(16,), granularity="name", backend="Vitis",
                                                  default_precision="ap_fixed<16,6>")
-    cfg.pop("PytorchModel", None)  # the module's repr, not configuration
     cfg["Model"]["Precision"] = model_precision
     for name, precision in layers.items():
         cfg["LayerName"][name]["Precision"].update(precision)
@@ -83,16 +86,33 @@ CONFIGS = {
         for name in ("fc1", "fc2", "fc3")
     } | {"x": {"result": "ap_fixed<14,5,AP_RND,AP_SAT>"}, "act1": {"result": "ap_ufixed<12,5,AP_RND,AP_SAT>"},
          "act2": {"result": "ap_ufixed<12,5,AP_RND,AP_SAT>"}}),
+    # the generated config untouched: result, weight, bias and accum 'auto' on every layer.
+    "auto": ({"default": "ap_fixed<16,6>"}, {}),
 }
 
 
-def _hls4ml_predict(m: torch.nn.Module, cfg: dict, x: np.ndarray, folder: Path) -> np.ndarray:
+def _hls4ml_model(m: torch.nn.Module, cfg: dict, folder: Path):
     import hls4ml
 
-    hm = hls4ml.converters.convert_from_pytorch_model(m, output_dir=str(folder), backend="Vitis",
-                                                      hls_config=copy.deepcopy(cfg), io_type="io_parallel")
+    return hls4ml.converters.convert_from_pytorch_model(m, output_dir=str(folder), backend="Vitis",
+                                                        hls_config=copy.deepcopy(cfg), io_type="io_parallel")
+
+
+def _predict(hm, x: np.ndarray) -> np.ndarray:
     hm.compile()
     return np.asarray(hm.predict(np.ascontiguousarray(x)), dtype=np.float64).reshape(len(x), -1)
+
+
+def _fixed(p) -> FixedType:
+    """An hls4ml precision as bitforge's type."""
+    from hls4ml.model.types import FixedPrecisionType
+    assert isinstance(p, FixedPrecisionType), p
+    return FixedType(p.width, p.integer, p.signed, p.rounding_mode.name, p.saturation_mode.name)
+
+
+def _as_dumped(cfg: dict) -> dict:
+    """The generated config as a user writes it to a file: the module as its repr string, the shape as a list."""
+    return json.loads(json.dumps(cfg, default=repr))
 
 
 @pytest.mark.slow
@@ -100,14 +120,9 @@ def _hls4ml_predict(m: torch.nn.Module, cfg: dict, x: np.ndarray, folder: Path) 
 def test_hls4ml_config_means_the_same_numbers(tmp_path, config):
     m = _model()
     cfg = _hls4ml_config(m, *CONFIGS[config])
-    path = tmp_path / ("cfg.yml" if config != "mixed" else "cfg.json")
-    mine = copy.deepcopy(cfg)
-    mine.pop("InputShape", None)  # TEMP
-    for key in ("ChannelsLastConversion", "TransposeOutputs"):  # TEMP
-        mine["Model"].pop(key, None)
-    for entry in mine["LayerName"].values():  # TEMP
-        entry.pop("TableSize", None)
-        entry["Precision"].pop("table", None)
+    path = tmp_path / ("cfg.yml" if config not in ("mixed", "auto") else "cfg.json")
+    mine = _as_dumped(cfg)
+    assert isinstance(mine["PytorchModel"], str) and mine["InputShape"] == [16]
     path.write_text(yaml.safe_dump({"HLSConfig": mine}) if path.suffix == ".yml" else json.dumps(mine))
     pt2 = tmp_path / "m.pt2"
     torch.export.save(torch.export.export(m, (torch.randn(2, 16),)), pt2)
@@ -119,21 +134,29 @@ def test_hls4ml_config_means_the_same_numbers(tmp_path, config):
     assert (v["vectors"], v["mismatches"]) == (10_000, 0)
 
     g = ir.load(out)
-    # The IR carries the configuration's types, accumulators included.
-    by_name = {n.name: n for n in g.nodes}
-    for name, precision in CONFIGS[config][1].items():
-        node = next((n for n in g.nodes if n.name.endswith(f"_{name}") or n.name == name), None)
-        if node is None:  # the graph input's quantizer
-            node = next(n for n in g.nodes if isinstance(n, ir.Quantize))
-        assert node.name in by_name
-        if "accum" in precision:
-            assert node.accum_type.to_ap() == parse_type(precision["accum"]).to_ap()
-        assert g.tensors[node.output].dtype.to_ap() == parse_type(precision["result"]).to_ap()
+    hm = _hls4ml_model(m, cfg, tmp_path / "hls4ml")
+    # The IR carries the types hls4ml's model has, accumulators included ('auto' as hls4ml inferred it).
+    aliases = hls4ml_aliases(g)
+    checked = 0
+    for name, layer in hm.graph.items():
+        if name in g.inputs:  # the graph input's quantizer
+            node = next(n for n in g.nodes if isinstance(n, ir.Quantize) and n.input == name)
+        else:
+            node = g.node(aliases[name.lower()])
+        assert g.tensors[node.output].dtype == _fixed(layer.get_output_variable().type.precision), name
+        if "accum_t" in layer.types:
+            assert node.accum_type == _fixed(layer.types["accum_t"].precision), name
+            checked += 1
+        for var, precision in CONFIGS[config][1].get(name, {}).items():  # and they are the config's
+            want = parse_type(precision)
+            got = g.tensors[node.output].dtype if var == "result" else getattr(node, f"{var}_type")
+            assert got.to_ap() == want.to_ap(), (name, var)
+    assert checked == 3
 
     inputs = make_vectors(g, 10_000, 3)
     x = np.asarray(inputs[g.inputs[0]], dtype=np.float64).reshape(10_000, -1)
     golden = emulate.run(g, inputs)[g.outputs[0]]
-    theirs = _hls4ml_predict(m, cfg, x, tmp_path / "hls4ml")
+    theirs = _predict(hm, x)
     codes = np.ldexp(theirs, g.tensors[g.outputs[0]].dtype.frac)
     assert np.array_equal(codes, np.rint(codes))
     bad = np.flatnonzero((codes.astype(np.int64) != golden).any(axis=1))

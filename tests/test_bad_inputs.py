@@ -208,6 +208,46 @@ CASES = {
                                    "'weight=fixed<4,1,RND_CONV,WRAP>,act=fixed<16,6,RND_CONV,SAT>'",
                                    "fixed<4,1", "too narrow", "mm1",
                                    setup=onnx_file(ONNX, w1=np.full((4, 3), 3.0, np.float32))),
+    # -- compile --to hls: hls4ml's options and the HLSConfig (each fails before any g++ build) ----------------
+    "compile hls backend unknown": bad("compile jet-mlp -o {out} --to hls --backend quartus", "--backend",
+                                       "vitis", "vivado"),
+    "compile hls io unknown": bad("compile jet-mlp -o {out} --to hls --io axi", "--io", "parallel", "stream"),
+    "compile hls strategy unknown": bad("compile jet-mlp -o {out} --to hls --strategy fast", "--strategy",
+                                        "latency", "resource"),
+    "compile hls option without hls": bad("compile jet-mlp -o {out} --io stream", "only apply to the HLS backend",
+                                          "--to hls"),
+    "compile hls reuse zero": bad("compile jet-mlp -o {out} --to hls --reuse 0", "--reuse"),
+    "compile hls config missing": bad("compile jet-mlp -o {out} --to hls --hls-config nope.yml", "nope.yml"),
+    "compile hls config suffix": bad("compile jet-mlp -o {out} --to hls --hls-config c.txt", "c.txt", ".yml",
+                                     setup=write("c.txt", "Model: {}")),
+    "compile hls config broken yaml": bad("compile jet-mlp -o {out} --to hls --hls-config c.yml", "c.yml",
+                                          setup=write("c.yml", "Model: [unclosed")),
+    "compile hls config precision key": bad("compile jet-mlp -o {out} --to hls --hls-config c.yml", "c.yml",
+                                            "LayerName.dense_1.Precision.mantissa", setup=write(
+                                                "c.yml", "Model: {Precision: 'ap_fixed<16,6>'}\nLayerName:\n"
+                                                         "  dense_1:\n    Precision: {mantissa: 'ap_fixed<18,8>'}\n")),
+    "compile hls config layer type relu": bad("compile jet-mlp -o {out} --to hls --hls-config c.yml", "c.yml",
+                                              "LayerType.ReLU", "Activation", setup=write(
+                                                  "c.yml", "Model: {Precision: 'ap_fixed<16,6>'}\nLayerType:\n"
+                                                           "  ReLU: {Precision: 'ap_fixed<8,3>'}\n")),
+    "compile hls config reuse zero": bad("compile jet-mlp -o {out} --to hls --hls-config c.yml", "c.yml",
+                                         "Model.ReuseFactor", setup=write(
+                                             "c.yml", "Model: {Precision: 'ap_fixed<16,6>', ReuseFactor: 0}\n")),
+    "compile hls config strategy": bad("compile jet-mlp -o {out} --to hls --hls-config c.yml", "c.yml",
+                                       "Model.Strategy", "Fast", setup=write(
+                                           "c.yml", "Model: {Precision: 'ap_fixed<16,6>', Strategy: Fast}\n")),
+    "compile hls config unknown layer": bad("compile jet-mlp -o {out} --to hls --hls-config c.yml", "c.yml",
+                                            "LayerName.fc9", "dense_1", setup=write(
+                                                "c.yml", "Model: {Precision: 'ap_fixed<16,6>'}\nLayerName:\n"
+                                                         "  fc9: {Precision: 'ap_fixed<8,3>'}\n")),
+    "compile hls config unknown key": bad("compile jet-mlp -o {out} --to hls --hls-config c.yml", "c.yml",
+                                          "Model.Compression", setup=write(
+                                              "c.yml", "Model: {Precision: 'ap_fixed<16,6>', Compression: true}\n")),
+    "compile hls config and precision": bad("compile jet-mlp -o {out} --to hls --hls-config c.yml --precision 8",
+                                            "--hls-config and --precision",
+                                            setup=write("c.yml", "Model: {Precision: 'ap_fixed<16,6>'}\n")),
+    "compile hls float model": bad("compile m.onnx -o {out} --to hls", "--precision SPEC or --hls-config",
+                                   setup=onnx_file(ONNX)),
     "compile range reversed": bad("compile jet-mlp -o {out} --input-range=2,1", "argument --input-range", "LO < HI"),
     "compile range words": bad("compile jet-mlp -o {out} --input-range=a,b", "argument --input-range"),
     "compile range one number": bad("compile jet-mlp -o {out} --input-range=1", "argument --input-range"),

@@ -347,6 +347,9 @@ def _load(model: str, options: CompileOptions, progress: Callable[[str], None]) 
         quantized_from = dataclasses.replace(loaded, graph=hls_config.as_hls4ml_writes(folded))
     progress("quantizing and inferring precision" if precision else "inferring precision")
     g, warnings = prepare(quantized_from, precision, options.input_range)
+    if "hls" in options.to:  # a layer or setting hls4ml cannot express fails before any backend runs
+        from .backends.hls.convert import to_layer_list
+        to_layer_list(g, hls_options(options, g))
     warnings = [FrontendWarning(m) for m in loaded.graph.metadata.get("frontend_warnings", [])] + warnings
     if not g.is_fixed and (options.calibration is not None or options.trace):
         given = " and ".join(f for f, v in (("--calibration", options.calibration is not None),

@@ -67,7 +67,7 @@ CONFIGS = {
     # hls4ml's default everywhere: accumulators of 10 fractional bits round each 20-bit product (TRN) and wrap.
     "default-16-6": ({"default": "ap_fixed<16,6>"}, {
         name: {k: "ap_fixed<16,6>" for k in ("weight", "bias", "accum", "result")} for name in ("fc1", "fc2", "fc3")
-    } | {"x": {"result": "ap_fixed<16,6>"}, "act1": {"result": "ap_fixed<16,6>"}, "act2": {"result": "ap_fixed<16,6>"}}),
+    } | {name: {"result": "ap_fixed<16,6>"} for name in ("x", "act1", "act2")}),
     # per-layer mixed types: narrow weights, a wide first accumulator, unsigned ReLU outputs, a narrow last layer.
     "mixed": ({"default": "ap_fixed<16,6>"}, {
         "x": {"result": "ap_fixed<12,4,AP_RND_CONV,AP_SAT>"},

@@ -698,22 +698,35 @@ _NO_ACCUM = {ScaleShift: "has no accumulator: like hls4ml's BatchNormalization i
              Softmax: "has no accumulator type in bitforge (it builds its own tables, --precision table_size=N)"}
 
 
+#: The prefix bitforge's torch frontend gives each op's node names (``<prefix>_<module path>``).
+_TORCH_PREFIX = {Dense: "dense", LowRankDense: "lowrank", KANLayer: "kan", Conv: "conv", Pool: "pool",
+                 ScaleShift: "batchnorm", LeakyReLU: "leaky_relu", HardSigmoid: "hard_sigmoid", Table: "table",
+                 Softmax: "softmax", ArgMax: "argmax", Reshape: "reshape", Transpose: "transpose", Concat: "concat",
+                 ReLU: "relu", Add: "add"}
+
+
 def hls4ml_aliases(g: Graph) -> dict[str, str]:
     """hls4ml's names for the graph's layers (lowercase) -> the graph's names, where they differ.
 
     hls4ml names a PyTorch model's layers after torch.fx's node names: the module path with dots as underscores
     (``fc1``, ``layers_0``), ``_0`` for a path that starts with a digit (a Sequential's ``0``), and the input
     after the forward argument (``x``; ``input_1`` for one called ``input``). bitforge's torch frontend names
-    nodes ``<op>_<path>`` (``dense_fc1``, ``relu_1``). A BatchNorm folded into the layer before it
-    (``g.metadata[FOLDED_KEY]``) keeps its names: hls4ml has the layer until it fuses it. An alias that two
-    layers would share is left out: such a key must use the graph's own name."""
+    nodes ``<op>_<path>`` (``dense_fc1``, ``relu_1``, ``leaky_relu_act``; a functional op keeps torch.fx's name,
+    as hls4ml does); a name without its op's prefix loses what precedes its first underscore. A BatchNorm folded
+    into the layer before it (``g.metadata[FOLDED_KEY]``) keeps its names: hls4ml has the layer until it fuses it.
+    An alias that two layers would share is left out: such a key must use the graph's own name."""
     counts: dict[str, list[str]] = {}
-    layers = [n.name for n in g.nodes] + [r["scale_shift"] for r in g.metadata.get(FOLDED_KEY, [])]
-    names = {n.lower() for n in layers} | {i.lower() for i in g.inputs}
-    for name in layers:
-        if "_" not in name:
+    layers = [(n.name, type(n)) for n in g.nodes] + \
+        [(r["scale_shift"], ScaleShift) for r in g.metadata.get(FOLDED_KEY, [])]
+    names = {name.lower() for name, _ in layers} | {i.lower() for i in g.inputs}
+    for name, op in layers:
+        prefix = f"{_TORCH_PREFIX.get(op, '')}_"
+        if name.startswith(prefix) and len(name) > len(prefix):
+            rest = name[len(prefix):]
+        elif "_" in name:
+            rest = name.split("_", 1)[1]
+        else:
             continue
-        rest = name.split("_", 1)[1]
         for alias in {rest, f"_{rest}" if rest[:1].isdigit() else rest}:
             counts.setdefault(alias.lower(), []).append(name)
     for i in g.inputs:

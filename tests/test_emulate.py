@@ -9,7 +9,7 @@ import pytest
 
 from bitforge.toolchain import emulate, ir
 from bitforge.toolchain.bspline import basis_table, cardinal_bspline
-from bitforge.toolchain.fixed import FixedType, Overflow, Rounding, parse_type, quantize
+from bitforge.toolchain.fixed import FixedType, Overflow, Rounding, parse_type, quantize, requantize
 
 from conftest import small_graph
 
@@ -150,3 +150,25 @@ def test_missing_accumulator_type_names_the_pass_to_run(graph):
 def test_wrong_input_shape_is_reported(graph):
     with pytest.raises(emulate.EmulationError, match=r"expected shape \(batch, 4\)"):
         emulate.run(graph, np.zeros((3, 5), dtype=np.float32))
+
+
+def test_clip_bounds_beyond_the_type_do_not_act_even_at_float_max():
+    """ONNX exporters write FLT_MAX for a missing Clip bound: its code (about 2**136) cannot act on an 8-bit input and
+    must not overflow the golden model's int64 codes; ONNX Runtime agrees. A lower bound above the type's range
+    still acts (every output is that bound, here saturated by the output type)."""
+    from bitforge.toolchain.backends.onnx_backend import run_onnxruntime, to_onnx
+    from bitforge.toolchain.verify.compare import compare_outputs
+
+    xt, yt = parse_type("fixed<8,3>"), parse_type("fixed<10,5,RND,SAT>")
+    for lo, hi, expect in ((-3.4e38, 3.4e38, None), (None, 3.4e38, None), (100.0, 3.4e38, yt.max_code)):
+        g = ir.Graph("clip", ["x"], ["y"],
+                     {"x": ir.TensorSpec("x", (4,)), "xq": ir.TensorSpec("xq", (4,), xt),
+                      "y": ir.TensorSpec("y", (4,), yt)},
+                     [ir.Quantize("q", ("x",), ("xq",)), ir.Clip("c", ("xq",), ("y",), lo=lo, hi=hi)])
+        x = np.linspace(-20, 20, 64, dtype=np.float32).reshape(16, 4)
+        y = emulate.run(g, {"x": x})["y"]
+        if expect is None:  # the identity, then the output type's rounding and saturation
+            assert np.array_equal(y, requantize(quantize(x.astype(np.float64), xt), xt, yt))
+        else:
+            assert (y == expect).all()
+        assert compare_outputs(g, {"x": x}, run_onnxruntime(to_onnx(g), {"x": x}), "onnxruntime").mismatches == 0

@@ -201,12 +201,19 @@ def clip_codes(n: Clip, xt: FixedType) -> tuple[Optional[int], Optional[int]]:
 
 def clip_fixed(n: Clip, x: np.ndarray, xt: FixedType, out: FixedType) -> np.ndarray:
     lo, hi = clip_codes(n, xt)
-    y = x
+    # A bound beyond the input type's range cannot act (ONNX exporters write FLT_MAX for "none"): dropped, so that
+    # its code (2**128 and more) never meets int64. An upper bound below the lower one still acts (it wins).
+    if lo is not None and lo <= xt.min_code:
+        lo = None
+    if hi is not None and hi >= xt.max_code and (lo is None or hi >= lo):
+        hi = None
+    bits = max([xt.width + 1] + [fixed.signed_bits(v) + 1 for v in (lo, hi) if v is not None])
+    y = fixed.int_array(x, bits)
     if lo is not None:
         y = np.where(y < lo, lo, y)
     if hi is not None:
         y = np.where(y > hi, hi, y)
-    return fixed.requantize(fixed.int_array(y, xt.width + 1), xt, out)
+    return fixed.requantize(fixed.int_array(y, bits), FixedType(bits, bits - xt.frac, True), out)
 
 
 def hard_sigmoid_fixed(n: HardSigmoid, x: np.ndarray, xt: FixedType, out: FixedType) -> np.ndarray:

@@ -134,9 +134,11 @@ class Add(Node):
 class Dense(Node):
     """y = W x + b. ``weight`` is ``(out, in)``.
 
-    Fixed point: products are exact; the sum plus the bias (aligned to ``frac(x) + frac(W)``) is held
-    in ``accum_type`` (whose frac must be ``frac(x) + frac(W)``; its overflow applies to the final sum),
-    then requantized to the output tensor's type.
+    Fixed point, hls4ml's accumulation (``docs/ir.md``, :mod:`bitforge.toolchain.accumulate`): the accumulator
+    starts at the bias converted to ``accum_type``; each exact product is converted to ``accum_type`` and added in
+    input order, each partial sum converted again; then requantized to the output tensor's type. With an
+    accumulator at ``frac(x) + frac(W)`` that WRAPs or cannot overflow (what the precision pass infers) this is the
+    exact sum with one overflow.
     """
 
     OP: ClassVar[str] = "Dense"
@@ -238,8 +240,8 @@ class KANLayer(Node):
 class Conv(Node):
     """N-D convolution (N = 1 or 2): ``weight`` is ``(C_out, C_in / groups, *kernel)``.
 
-    Every output position is a :class:`Dense` stage over its window (padding reads code 0): exact products,
-    the bias aligned to ``frac(x) + frac(W)``, the sum in ``accum_type``, then requantized to the output type.
+    Every output position is a :class:`Dense` stage over its window (padding reads code 0; the taps in C order
+    of ``(C_in / groups, *kernel)``), accumulated by Dense's rule, then requantized to the output type.
     ``padding`` is ONNX's ``pads``: the begin pad of every spatial axis, then the end pad of every one.
     """
 

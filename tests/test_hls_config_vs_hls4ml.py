@@ -9,7 +9,8 @@ Four configurations: ``ap_fixed<16,6>`` everywhere (narrow TRN/WRAP accumulators
 mixed types (narrow weights, whose decimal text hls4ml rounds), RND/SAT types with a saturating accumulator, and the
 generated config as it is, 'auto' everywhere (hls4ml infers full-width Dense results, the ReLUs wrap them to the
 default). bitforge reads the whole generated config, as a user dumps it (the module as its repr string, InputShape as
-a list). Each configuration costs two g++ builds (about 15 s on 2 cores): they run in the slow step.
+a list). And a CNN's generated config, with every layer class hls4ml infers 'auto' for. Each configuration costs two
+g++ builds (about 15 s on 2 cores): they run in the slow step.
 """
 from __future__ import annotations
 
@@ -158,6 +159,71 @@ def test_hls4ml_config_means_the_same_numbers(tmp_path, config):
     golden = emulate.run(g, inputs)[g.outputs[0]]
     theirs = _predict(hm, x)
     codes = np.ldexp(theirs, g.tensors[g.outputs[0]].dtype.frac)
+    assert np.array_equal(codes, np.rint(codes))
+    bad = np.flatnonzero((codes.astype(np.int64) != golden).any(axis=1))
+    assert bad.size == 0, f"{bad.size} of 10,000 vectors differ; first row {bad[0] if bad.size else None}"
+
+
+class JetCNN(torch.nn.Module):
+    """A 1-D CNN with one layer of each class hls4ml infers 'auto' for: Conv1d, ReLU, MaxPool, a BatchNorm kept as a
+    layer (after a pool), AvgPool, Flatten, PReLU, two Linear branches (one with a BatchNorm that bitforge folds and
+    hls4ml fuses, one with a LeakyReLU), their sum, and a last Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.act, self.pool = torch.nn.Conv1d(2, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool1d(2)
+        self.bn, self.apool, self.flat = torch.nn.BatchNorm1d(4), torch.nn.AvgPool1d(2), torch.nn.Flatten()
+        self.prelu, self.fc, self.lrelu = torch.nn.PReLU(8), torch.nn.Linear(8, 6), torch.nn.LeakyReLU(0.1)
+        self.fc2, self.fcbn, self.out = torch.nn.Linear(8, 6), torch.nn.BatchNorm1d(6), torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        f = self.prelu(self.flat(self.apool(self.bn(self.pool(self.act(self.conv(x)))))))
+        return self.out(self.lrelu(self.fc(f)) + self.fcbn(self.fc2(f)))
+
+
+@pytest.mark.slow
+def test_a_generated_cnn_config_means_the_same_numbers(tmp_path):
+    """The generated config of a CNN, untouched but for a maximum (so that the output fits a double, which hls4ml's
+    predict returns; the cap also narrows the accumulators, which then round): bitforge's IR has hls4ml's type on
+    every layer and its golden model predicts hls4ml's firmware on every vector.
+
+    The input range is the input type's whole range: bitforge sizes a BatchNorm's sum from the declared range
+    (hls4ml's is full precision), and the edge vectors go beyond any narrower one."""
+    import hls4ml
+
+    torch.manual_seed(0)
+    m = JetCNN().eval()
+    with torch.no_grad():
+        for bn in (m.bn, m.fcbn):
+            bn.running_mean.uniform_(-0.5, 0.5), bn.running_var.uniform_(0.5, 2.0), bn.bias.uniform_(-0.3, 0.3)
+    cfg = hls4ml.utils.config_from_pytorch_model(m, input_shape=(2, 8), granularity="name", backend="Vitis",
+                                                 max_precision="ap_fixed<40,16>")
+    (tmp_path / "cfg.json").write_text(json.dumps(_as_dumped(cfg)))
+    torch.export.save(torch.export.export(m, (torch.randn(2, 2, 8),)), tmp_path / "m.pt2")
+    report = compile_model(str(tmp_path / "m.pt2"), tmp_path / "bf",
+                           CompileOptions(to=("hls",), hls_config=str(tmp_path / "cfg.json"), input_range=(-32.0, 32.0),
+                                          vectors=10_000, seed=3))
+    v = report["verification"]["golden_vs_hls_csim"]
+    assert (v["vectors"], v["mismatches"]) == (10_000, 0)
+
+    g = ir.load(tmp_path / "bf")
+    hm = _hls4ml_model(m, cfg, tmp_path / "hls4ml")
+    aliases, checked = hls4ml_aliases(g), 0
+    for name, layer in hm.graph.items():
+        if name.startswith("transpose_"):
+            continue  # hls4ml's channels-last plumbing
+        node = next(n for n in g.nodes if isinstance(n, ir.Quantize)) if name in g.inputs else \
+            g.node(aliases.get(name, name))
+        assert g.tensors[node.output].dtype == _fixed(layer.get_output_variable().type.precision), name
+        if "accum_t" in layer.types and getattr(node, "accum_type", None) is not None:
+            assert node.accum_type == _fixed(layer.types["accum_t"].precision), name
+            checked += 1
+    assert checked == 4  # the Conv and the three Dense layers (pools have no accumulator type in bitforge)
+
+    inputs = make_vectors(g, 10_000, 3)
+    x = np.asarray(inputs[g.inputs[0]], dtype=np.float64).reshape(10_000, -1)  # 'full': channels first, as given
+    golden = emulate.run(g, inputs)[g.outputs[0]]
+    codes = np.ldexp(_predict(hm, x), g.tensors[g.outputs[0]].dtype.frac)
     assert np.array_equal(codes, np.rint(codes))
     bad = np.flatnonzero((codes.astype(np.int64) != golden).any(axis=1))
     assert bad.size == 0, f"{bad.size} of 10,000 vectors differ; first row {bad[0] if bad.size else None}"

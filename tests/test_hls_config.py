@@ -468,8 +468,8 @@ def test_a_generated_config_is_read_whole_and_its_extra_keys_change_nothing():
 
 
 @pytest.mark.parametrize("extra, graph, path, problem", [
-    ({"InputShape": [8]}, mixed_graph, "InputShape", "[8] is not the shape of graph 'mixed''s input (x: [6]"),
-    ({"InputShape": [[6], [6]]}, mixed_graph, "InputShape", "is not the shape"),
+    ({"InputShape": [8]}, mixed_graph, "InputShape", "[8] is not the input shape of graph 'mixed' (x: [6]"),
+    ({"InputShape": [[6], [6]]}, mixed_graph, "InputShape", "is not the input shape"),
     ({"Model": {"Precision": T16, "ChannelsLastConversion": "internal"}}, cnn_graph, "Model.ChannelsLastConversion",
      "expects the caller to feed it channels last"),
     ({"Model": {"Precision": T16, "ChannelsLastConversion": "off"}}, cnn_graph, "Model.ChannelsLastConversion",
@@ -626,7 +626,7 @@ def test_the_constant_type_of_a_leaky_relu_slope_is_hls4mls():
 
 @pytest.mark.parametrize("layers, path, problem", [
     ({"lr": {"Precision": {"result": "auto"}}, "kan": {"Precision": {"result": T16}}}, "LayerName.lr.Precision.result",
-     "'auto' for the result of LowRankDense 'lr': hls4ml has no layer class for it"),
+     "'auto' for the result of LowRankDense 'lr': no layer of hls4ml's computes this op"),
     ({"lr": {"Precision": {"result": T16}}, "kan": {"Precision": "auto"}}, "LayerName.kan.Precision.default",
      "KANLayer 'kan'"),
     ({"lr": {"Precision": {"result": T16}}}, "Model.Precision.result", "KANLayer 'kan'"),

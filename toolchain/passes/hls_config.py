@@ -352,27 +352,26 @@ class HlsConfig:
         return self.model.get("maximum")
 
     # -- the graph's layers ------------------------------------------------------------------------------------
-    def _entries(self, g: Graph) -> tuple[dict[str, LayerSettings], dict[str, LayerSettings], dict[str, str]]:
-        """LayerName entries by graph element name, LayerType entries by class, and the names of LayerName entries
-        that name a BatchNorm folded into the layer before it (``g.metadata[FOLDED_KEY]``; see :meth:`check`),
-        mapped to that layer. Refuses names that are no layer of ``g``."""
+    def _entries(self, g: Graph) -> tuple[dict[str, LayerSettings], dict[str, LayerSettings]]:
+        """LayerName entries by graph element name and LayerType entries by class; refuses names that are no layer
+        of ``g``. An entry naming a BatchNorm folded into the layer before it (``g.metadata[FOLDED_KEY]``) types
+        nothing: hls4ml fuses that layer too (:meth:`check` refuses the folds it would not make), and the fused
+        layer takes the types of the layer it was fused into."""
         folded = {r["scale_shift"]: r["into"] for r in g.metadata.get(FOLDED_KEY, [])}
         elements = {name.lower(): name for name in [*g.inputs, *(n.name for n in g.nodes), *folded]}
         aliases = hls4ml_aliases(g)
-        by_name, gone = {}, {}
+        by_name = {}
         for key, settings in self.layer_names:
             name = key if key in elements.values() else elements.get(key.lower(), aliases.get(key.lower()))
             if name is None:
                 raise self._error(f"LayerName.{key}", f"graph '{g.name}' has no layer '{key}' (its layers: "
                                   f"{', '.join(elements.values())}; the input layer is the graph input's name)")
-            if name in folded:
-                gone[name] = folded[name]
-            else:
+            if name not in folded:
                 by_name[name] = settings
-        return by_name, {key.lower(): settings for key, settings in self.layer_types}, gone
+        return by_name, {key.lower(): settings for key, settings in self.layer_types}
 
     def _chain(self, g: Graph, name: str) -> list[LayerSettings]:
-        by_name, by_type, _ = self._entries(g)
+        by_name, by_type = self._entries(g)
         cls = hls_class(g, name)
         return [e for e in (by_name.get(name), by_type.get((cls or "").lower()), self.model) if e is not None]
 
@@ -382,7 +381,7 @@ class HlsConfig:
         are no layer of ``g``, Precision variables a layer does not have, table settings on bitforge's own tables,
         reuse or strategy on an input, a BramFactor below a layer's weight count, and a BatchNorm bitforge folded
         where hls4ml would not."""
-        by_name, by_type, _ = self._entries(g)
+        by_name, by_type = self._entries(g)
         self._check_io(g)
         for name, settings in by_name.items():
             self._check_layer(g, name, settings)
@@ -415,9 +414,9 @@ class HlsConfig:
             given = [list(s) for s in self.input_shapes]
             have = [list(s) for s in shapes]
             raise self._error("InputShape", (
-                f"{given[0] if len(given) == 1 else given} is not the shape of graph '{g.name}''s "
-                f"input{'s' if len(have) > 1 else ''} ({', '.join(f'{i}: {s}' for i, s in zip(g.inputs, have))}, "
-                "batch axis excluded); write the model's input shape, or remove the key"))
+                f"{given[0] if len(given) == 1 else given} is not the input shape of graph '{g.name}' "
+                f"({', '.join(f'{i}: {s}' for i, s in zip(g.inputs, have))}, batch axis excluded); write the "
+                "model's input shape, or remove the key"))
         deep = [i for i in g.inputs if len(g.tensors[i].shape) > 1]
         if self.channels_last in ("internal", "off") and deep:
             how = ("expects the caller to feed it channels last" if self.channels_last == "internal" else
@@ -535,8 +534,8 @@ class HlsConfig:
 
     def _no_rule(self, n: Node):
         def refuse(where: str) -> FixedType:
-            raise self._error(where, f"'auto' for the result of {n.describe()}: hls4ml has no layer class for it, "
-                              "so no rule of hls4ml's infers its type; write the type (e.g. ap_fixed<16,6>)")
+            raise self._error(where, f"'auto' for the result of {n.describe()}: no layer of hls4ml's computes this "
+                              "op, so no rule of hls4ml's infers its type; write the type (e.g. ap_fixed<16,6>)")
         return refuse
 
     def _node_types(self, g: Graph, n: Node, xs: list[FixedType]) -> tuple[dict[str, Optional[FixedType]],

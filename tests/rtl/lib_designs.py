@@ -336,8 +336,9 @@ def dense_layers(rng: np.random.Generator) -> dict:
     f = parse_type
     x8, w6, b8 = f("fixed<8,3>"), f("fixed<6,2>"), f("fixed<8,3>")
     return {
-        # Accumulator narrower than the exact sum (17 bits): its SAT acts; zero weights and a zero row.
-        "par_sparse_sat": (dense_node("fc_sparse", 6, 4, w6, b8, f("fixed<14,5,TRN,SAT>"), rng, zeros=0.4,
+        # Accumulator narrower than the exact sum (17 bits): its wrap acts; zero weights and a zero row. (A SAT
+        # accumulator that a partial sum can leave saturates in input order, docs/ir.md: the RTL refuses it.)
+        "par_sparse_narrow": (dense_node("fc_sparse", 6, 4, w6, b8, f("fixed<14,5,TRN,WRAP>"), rng, zeros=0.4,
                                       zero_row=True), x8, f("fixed<8,4,RND_CONV,SAT>"), 1, {"levels_per_stage": 1}),
         "par_unsigned_in": (dense_node("fc_relu_in", 5, 3, f("fixed<5,1>"), None, f("fixed<14,5,TRN,WRAP>"), rng),
                             f("ufixed<7,2>"), f("ufixed<6,3,TRN,WRAP>"), 1, {}),

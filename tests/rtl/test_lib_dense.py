@@ -51,7 +51,7 @@ def test_measured_latency_and_ii_equal_the_emitters(results, stages, layer):
 
 
 def test_parallel_form_drops_zero_weights(stages):
-    for name in ("par_sparse_sat", "par_per_weight"):
+    for name in ("par_sparse_narrow", "par_per_weight"):
         st = stages[name]
         node = dense_layers(np.random.default_rng(SEED))[name][0]
         nonzero = int(np.count_nonzero(node.weight))

@@ -41,10 +41,10 @@ def test_yosys_elaborates_every_library_module():
 
 @pytest.fixture(scope="module")
 def dense_cells():
-    """ECP5 cell counts of two emitted layers: par_sparse_sat (parallel) and fold_r3 (folded by 3)."""
+    """ECP5 cell counts of two emitted layers: par_sparse_narrow (parallel) and fold_r3 (folded by 3)."""
     layers = dense_layers(np.random.default_rng(7))
     script, stages = [], {}
-    for name in ("par_sparse_sat", "fold_r3"):
+    for name in ("par_sparse_narrow", "fold_r3"):
         node, xt, yt, reuse, options = layers[name]
         st = stages[name] = emit(node, xt, yt, reuse, options, "d_")
         n_in, n_out = features(node)
@@ -63,8 +63,8 @@ def dense_cells():
 
 def test_parallel_dense_uses_no_dsp_block(dense_cells):
     cells, _ = dense_cells
-    assert cells["par_sparse_sat"].get("MULT18X18D", 0) == 0
-    assert cells["par_sparse_sat"].get("CCU2C", 0) > 0  # the shift-and-add adders are carry chains
+    assert cells["par_sparse_narrow"].get("MULT18X18D", 0) == 0
+    assert cells["par_sparse_narrow"].get("CCU2C", 0) > 0  # the shift-and-add adders are carry chains
 
 
 def test_folded_dense_uses_one_dsp_block_per_multiplier(dense_cells):

@@ -15,6 +15,7 @@ from bitforge.toolchain.fixed import FixedType, Overflow, Rounding, parse_type
 from bitforge.toolchain.passes.hls_config import (HlsConfigError, hls4ml_aliases, hls4ml_constant_type, hls_class,
                                                   hls4ml_text_values, parse_hls_config, parse_hls_type,
                                                   read_hls_config)
+from bitforge.toolchain.passes.batchnorm import fold_batchnorm
 from bitforge.toolchain.passes.quantize import AUTO, QuantizeError, parse_precision, quantize_graph
 
 T16 = "ap_fixed<16,6>"
@@ -238,7 +239,10 @@ def test_the_precision_spec_types_every_layer_as_resolved():
     for (name, field), text in want.items():
         got = spec.lookup(name, field) if name == "x" else spec.for_node(nodes[name], field)
         assert got == T(text), (name, field)
-    assert spec.for_node(nodes["kan"], "accum") is None and spec.for_node(nodes["bn"], "accum") is None
+    assert spec.for_node(nodes["kan"], "accum") is None
+    # The BatchNorm adds at full precision in hls4ml: its accumulator holds x * scale + bias for every code of the
+    # types, at frac 6 + 8 = 14: 511 * -1024 + (-32768 << 4) = -1047552 needs 21 signed bits.
+    assert spec.for_node(nodes["bn"], "accum") == FixedType(21, 21 - 14, True, Rounding.TRN, Overflow.WRAP)
 
 
 def test_model_level_accum_auto_and_weight_auto_mean_inferred_and_the_default():
@@ -675,7 +679,6 @@ def test_auto_types_are_the_ones_hls4mls_own_converter_infers(tmp_path):
     import torch
 
     from bitforge.toolchain.compiler import load_model
-    from bitforge.toolchain.passes.batchnorm import fold_batchnorm
 
     class Zoo(torch.nn.Module):
         def __init__(self):
@@ -816,13 +819,61 @@ def bn_graph() -> ir.Graph:
     return ir.validate(g)
 
 
-def test_a_batchnorm_folded_after_an_explicit_result_is_refused_and_after_auto_read():
-    from bitforge.toolchain.passes.batchnorm import fold_batchnorm
+def cnn_bn_graph() -> ir.Graph:
+    """Conv -> BatchNorm -> ReLU -> Reshape -> Dense -> BatchNorm, and a BatchNorm after the ReLU (no layer to fold
+    into), named as the torch frontend names a model's conv, bn, act, flat, fc, fcbn and bn2."""
+    rng = np.random.default_rng(5)
+    g = ir.sequential("cnnbn", ir.TensorSpec("x", (2, 4)), [
+        (ir.Conv("conv_conv", ("x",), ("c",), weight=_normal(rng, 3, 2, 3), bias=_normal(rng, 3), stride=(1,),
+                 padding=(1, 1), dilation=(1,)), ir.TensorSpec("c", (3, 4))),
+        (ir.ScaleShift("batchnorm_bn", ("c",), ("b",), scale=1 + _normal(rng, 3, scale=0.2), shift=_normal(rng, 3)),
+         ir.TensorSpec("b", (3, 4))),
+        (ir.ReLU("relu_act", ("b",), ("r",)), ir.TensorSpec("r", (3, 4))),
+        (ir.ScaleShift("batchnorm_bn2", ("r",), ("b2",), scale=1 + _normal(rng, 3, scale=0.2),
+                       shift=_normal(rng, 3)), ir.TensorSpec("b2", (3, 4))),
+        (ir.Reshape("reshape_flat", ("b2",), ("f",)), ir.TensorSpec("f", (12,))),
+        (ir.Dense("dense_fc", ("f",), ("d",), weight=_normal(rng, 5, 12), bias=_normal(rng, 5)),
+         ir.TensorSpec("d", (5,))),
+        (ir.ScaleShift("batchnorm_fcbn", ("d",), ("y",), scale=1 + _normal(rng, 5, scale=0.2),
+                       shift=_normal(rng, 5)), ir.TensorSpec("y", (5,)))])
+    g.metadata["input_range"] = [-1.0, 1.0]
+    return ir.validate(g)
 
+
+@pytest.mark.parametrize("layer_names, kept", [
+    ({}, {"batchnorm_bn", "batchnorm_fcbn"}),  # Model-only: every result explicit, hls4ml fuses nothing
+    ({"conv": {"Precision": {"result": "auto"}}}, {"batchnorm_fcbn"}),
+    ({"fc": {"Precision": {"result": "auto"}}, "conv": {"Precision": {"result": "auto"}}}, set()),
+    ({"fc": {"Precision": {"result": "auto", "accum": T16}}, "bn": {"Precision": {"result": "auto"}}},
+     {"batchnorm_bn"}),  # the BatchNorm's own entry does not decide: the layer before it does
+])
+def test_kept_batchnorms_are_the_ones_after_an_explicit_result(layer_names, kept):
+    """hls4ml fuses a BatchNormalization only into a Dense/Conv whose result is 'auto' (FuseBatchNormalization);
+    one after a ReLU has no layer to fuse into either way, and folding never touches it."""
+    g = cnn_bn_graph()
+    c = parse_hls_config({"Model": M, "LayerName": layer_names})
+    assert c.kept_batchnorms(g) == kept
+    folded = fold_batchnorm(g, keep=c.kept_batchnorms(g))
+    assert {n.name for n in folded.nodes if isinstance(n, ir.ScaleShift)} == kept | {"batchnorm_bn2"}
+    c.precision_spec(folded)  # every fold left is one hls4ml makes: nothing refused
+
+
+def test_kept_batchnorms_read_layer_type_entries_and_refuse_unknown_names():
+    g = cnn_bn_graph()
+    c = parse_hls_config({"Model": M, "LayerType": {"Conv1D": {"Precision": {"result": "auto"}}}})
+    assert c.kept_batchnorms(g) == {"batchnorm_fcbn"}
+    with pytest.raises(HlsConfigError, match="cfg.yml: LayerName.fc9: graph 'cnnbn' has no layer 'fc9'"):
+        parse_hls_config({"Model": M, "LayerName": {"fc9": {"Precision": T16}}}, "cfg.yml").kept_batchnorms(g)
+
+
+def test_a_batchnorm_folded_after_an_explicit_result_is_refused_and_after_auto_read():
+    """A graph folded without the kept BatchNorms (fold_batchnorm alone, or an output folder compiled without
+    the config) holds a fold hls4ml would not make: refused, naming the key that made the result explicit."""
     g = fold_batchnorm(bn_graph())
     with pytest.raises(HlsConfigError, match=r"cfg.yml: Model.Precision.default: BatchNorm 'batchnorm_bn1' follows "
                                              r"Dense 'dense_fc1', whose result type is ap_fixed<16,6>: hls4ml then "
-                                             r"keeps the BatchNormalization"):
+                                             r"keeps the BatchNormalization.*folded into 'dense_fc1'.*"
+                                             r"keep=HlsConfig.kept_batchnorms\(g\)"):
         parse_hls_config({"Model": M}, "cfg.yml").precision_spec(g)
     with pytest.raises(HlsConfigError, match="cfg.yml: LayerName.fc1.Precision.result: BatchNorm 'batchnorm_bn1'"):
         parse_hls_config({"Model": M, "LayerName": {"fc1": {"Precision": {"result": T16}}}}, "cfg.yml") \
@@ -830,7 +881,71 @@ def test_a_batchnorm_folded_after_an_explicit_result_is_refused_and_after_auto_r
     c = parse_hls_config(generated({"x": {"Precision": {"result": "auto"}}, "fc1": AUTO4,
                                     "bn1": {"Precision": {"result": "auto", "scale": "ap_fixed<4,1>", "bias": "auto"}},
                                     "act1": ACT}))
+    assert c.kept_batchnorms(bn_graph()) == frozenset()
     types = c.types(g)
     assert types["dense_fc1"]["act"] == FixedType(16 + 16 + 3 + 1, 6 + 6 + 3 + 1)  # the fused layer's 'auto'
     assert "batchnorm_bn1" not in types  # hls4ml fused it too: its entry types nothing
-    parse_hls_config({"Model": M}).precision_spec(bn_graph())  # unfolded, it is a layer of its own
+    kept = parse_hls_config({"Model": M})
+    assert kept.kept_batchnorms(bn_graph()) == {"batchnorm_bn1"}
+    kept.precision_spec(fold_batchnorm(bn_graph(), keep=kept.kept_batchnorms(bn_graph())))  # a layer of its own
+
+
+def _full_sum_codes(x: FixedType, s: FixedType, b: FixedType) -> tuple[int, int]:
+    """The least and greatest ``x * scale + bias`` codes over every code of the three types, by brute force
+    over the types' extreme codes and zero (the sum is monotone in each operand)."""
+    frac = x.frac + s.frac
+    sums = [xc * sc + (bc << (frac - b.frac)) for xc in (x.min_code, 0, x.max_code)
+            for sc in (s.min_code, 0, s.max_code) for bc in (b.min_code, 0, b.max_code)]
+    return min(sums), max(sums)
+
+
+@pytest.mark.parametrize("x, scale, bias", [
+    (T16, T16, T16), ("ap_ufixed<9,3>", "ap_fixed<11,3>", T16), ("ap_fixed<8,8>", "ap_ufixed<6,1>", "ap_fixed<4,4>"),
+    ("ap_fixed<24,10>", "ap_fixed<18,2>", "ap_ufixed<30,8>"),
+])
+def test_a_kept_batchnorm_gets_an_accumulator_that_holds_its_whole_sum(x, scale, bias):
+    """hls4ml's BatchNormalization adds at full precision; the spec gives bitforge's ScaleShift an accumulator
+    at frac(x) + frac(scale) that holds the sum for every code of the types, and no narrower one."""
+    g = ir.sequential("b", ir.TensorSpec("x", (3,)), [
+        (ir.ScaleShift("bn", ("x",), ("y",), scale=np.array([1.5, -0.25, 0.75], np.float32),
+                       shift=np.array([0.5, -1.0, 0.0], np.float32)), ir.TensorSpec("y", (3,)))])
+    c = parse_hls_config({"Model": M, "LayerName": {"x": {"Precision": {"result": x}},
+                                                    "bn": {"Precision": {"scale": scale, "bias": bias}}}})
+    accum = parse_precision(c.precision_spec(g)).for_node(g.node("bn"), "accum")
+    assert c.types(g)["bn"]["accum"] == accum
+    xt, st, bt = T(x), T(scale), T(bias)
+    lo, hi = _full_sum_codes(xt, st, bt)
+    assert accum.frac == xt.frac + st.frac and accum.signed and accum.overflow == Overflow.WRAP
+    assert accum.min_code <= lo and hi <= accum.max_code
+    assert not (accum.min_code // 2 <= lo and hi <= accum.max_code // 2)  # one bit fewer would not hold it
+
+
+def test_a_batchnorm_bias_finer_than_its_product_is_refused_naming_the_key():
+    """hls4ml adds such a bias at full precision; bitforge's ScaleShift adds its shift to the exact product."""
+    g = ir.validate(ir.sequential("bn", ir.TensorSpec("x", (2,)), [
+        (ir.ScaleShift("batchnorm_bn1", ("x",), ("y",), scale=np.array([1.5, -0.25], np.float32),
+                       shift=np.array([0.5, -0.375], np.float32)), ir.TensorSpec("y", (2,)))]))
+    c = parse_hls_config({"Model": M, "LayerName": {"x": {"Precision": {"result": "ap_fixed<8,8>"}},
+                                                   "bn1": {"Precision": {"bias": "ap_fixed<16,2>"}}}}, "cfg.yml")
+    with pytest.raises(HlsConfigError, match=r"cfg.yml: LayerName.bn1.Precision.bias: ScaleShift 'batchnorm_bn1': "
+                                             r"bias type ap_fixed<16,2> has 14 fractional bits, more than the "
+                                             r"product.*0 \+ 10 = 10.*at most 10"):
+        c.types(g)
+    ok = parse_hls_config({"Model": M, "LayerName": {"x": {"Precision": {"result": "ap_fixed<8,4>"}},
+                                                    "bn1": {"Precision": {"bias": "ap_fixed<16,2>"}}}})
+    assert ok.types(g)["batchnorm_bn1"]["bias"] == T("ap_fixed<16,2>")  # 14 = 4 + 10: exact, accepted
+
+
+def test_a_softmax_replaced_by_argmax_takes_no_settings():
+    """--softmax argmax computes the ArgMax of the logits: the generated config's Softmax entry (its tables, accum and
+    result) has nothing to set, as it would be refused on bitforge's own Softmax."""
+    from bitforge.toolchain.passes.heads import argmax_head
+
+    g = mixed_graph()
+    sm = {"Trace": False, "Precision": {"result": "auto", "table": "fixed<18,8,TRN,WRAP,0>", "accum": T16},
+          "TableSize": 1024, "Implementation": "stable", "Skip": False}
+    c = parse_hls_config({"Model": M, "LayerName": {"softmax": sm}}, "cfg.yml")
+    with pytest.raises(HlsConfigError, match="cfg.yml: LayerName.softmax"):
+        c.precision_spec(g)
+    head = argmax_head(g)
+    assert c.precision_spec(head) == parse_hls_config({"Model": M}).precision_spec(head)

@@ -8,7 +8,7 @@ import pytest
 
 from bitforge.toolchain import emulate, ir
 from bitforge.toolchain.fixed import FixedType, Overflow, Rounding, parse_type, quantize, to_float
-from bitforge.toolchain.passes.precision import check_precision
+from bitforge.toolchain.passes.precision import check_precision, infer_precision
 from bitforge.toolchain.passes.quantize import (GRAMMAR, PrecisionSpec, PrecisionSpecError, QuantizeError,
                                                 fit_integer_bits, parse_precision, quantize_graph)
 
@@ -361,12 +361,41 @@ def test_accumulator_overrides_the_pass_cannot_follow_are_refused():
     with pytest.raises(QuantizeError, match=r"KANLayer 'kan': accumulator type fixed<40,22,TRN,WRAP> has 18 "
                                             r"fractional bits.*= 7 \+ 10 = 17.*kan.accum=auto"):
         quantize_graph(low_rank_kan(), f"{spec},kan.accum=fixed<40,22>")
-    with pytest.raises(QuantizeError, match="'bn.accum': ScaleShift 'bn' has no accumulator.*BatchNormalization"):
-        quantize_graph(low_rank_kan(), f"{spec},bn.accum=fixed<40,22>")
+    # h is fixed<16,5> (frac 11), the scale fixed<10,3> (frac 7): a ScaleShift's sum is exact at frac 18
+    with pytest.raises(QuantizeError, match=r"ScaleShift 'bn': accumulator type fixed<40,20,TRN,WRAP> has 20 "
+                                            r"fractional bits.*= 11 \+ 7 = 18.*bn.accum=auto"):
+        quantize_graph(low_rank_kan(), f"{spec},bn.accum=fixed<40,20>")
+    with pytest.raises(QuantizeError, match=r"ScaleShift 'bn': shift type fixed<24,2,TRN,WRAP> has 22 fractional "
+                                            r"bits, more than the exact product's frac\(x\) \+ frac\(scale\) = 18; "
+                                            r"give it at most 18"):
+        quantize_graph(low_rank_kan(), f"{spec},bn.bias=fixed<24,2>")
     with pytest.raises(QuantizeError, match="'relu.accum': ReLU 'relu' has no accumulator"):
         quantize_graph(float_mlp(), "8,relu.accum=fixed<24,8>")
     with pytest.raises(QuantizeError, match="no node 'x'"):
         quantize_graph(float_mlp(), "8,x.accum=fixed<24,8>")
+
+
+def test_a_scale_shift_accumulator_override_is_the_type_its_sum_is_held_in():
+    """``NODE.accum`` types a ScaleShift's sum (hls4ml's BatchNormalization has no accumulator, so the HLS config
+    pass gives it one that holds the sum for the input type's whole range): one wide enough computes what the
+    inferred one does, a narrow WRAP one wraps, and the precision check says so."""
+    spec = "weight=fixed<10,3>,act=fixed<16,5>"
+    wide, narrow, inferred = (infer_precision(quantize_graph(low_rank_kan(), text)) for text in (
+        f"{spec},bn.accum=fixed<40,22>", f"{spec},bn.accum=fixed<20,2>", spec))  # narrow: frac 18, holds [-2, 2)
+    assert wide.node("bn").accum_type == parse_type("fixed<40,22>")
+    assert narrow.node("bn").accum_type == parse_type("fixed<20,2>")
+    assert inferred.node("bn").accum_type.width < 40
+    x = np.random.default_rng(1).uniform(-1, 1, (500, 4)).astype(np.float32)
+    runs = {name: emulate.run(ir.validate(g), x, keep=True) for name, g in
+            (("wide", wide), ("narrow", narrow), ("inferred", inferred))}
+    assert np.array_equal(runs["wide"]["s"], runs["inferred"]["s"])
+    bn = wide.node("bn")
+    exact = runs["wide"]["h"].astype(np.int64) * bn.scale.astype(np.int64) + \
+        (bn.shift.astype(np.int64) << (18 - bn.shift_type.frac))
+    assert np.abs(exact).max() >= 2 << 18  # some sums leave [-2, 2): the narrow accumulator wraps them
+    assert not np.array_equal(runs["narrow"]["s"], runs["wide"]["s"])
+    assert [w.tensor for w in check_precision(narrow) if w.where == "accumulator"] == ["bn.accum"]
+    assert not [w for w in check_precision(wide) if w.where == "accumulator" and w.node == "bn"]
 
 
 def test_explicit_types_are_not_refitted():

@@ -160,14 +160,17 @@ def load_model(model: str, seed: int = 0, strict: bool = False, multiplier_bits:
                        calibration=recipe.calibration_data(2048, seed))
 
 
-def prepare(loaded: LoadedModel, precision: Optional[str],
-            input_range: Optional[tuple[float, float]] = None) -> tuple[Graph, list]:
-    """Quantize (float models with a spec), infer accumulator types, validate; returns graph and warnings."""
+def prepare(loaded: LoadedModel, precision: Optional[str], input_range: Optional[tuple[float, float]] = None, *,
+            keep_batchnorms: frozenset[str] = frozenset()) -> tuple[Graph, list]:
+    """Fold BatchNorms, quantize (float models with a spec), infer accumulator types, validate; returns graph and
+    warnings. ``keep_batchnorms`` names ScaleShifts not to fold (``fold_batchnorm``'s ``keep``: under an hls4ml
+    config, the BatchNorms hls4ml keeps as layers, ``HlsConfig.kept_batchnorms``)."""
     from .passes.precision import check_precision, infer_precision
 
     from .passes.batchnorm import fold_batchnorm
 
-    g = fold_batchnorm(loaded.graph)  # before quantization: the folded weights are what gets quantized
+    # before quantization: the folded weights are what gets quantized
+    g = fold_batchnorm(loaded.graph, keep=keep_batchnorms)
     if input_range is not None:
         g = g.copy()
         g.metadata["input_range"] = [float(v) for v in input_range]
@@ -337,16 +340,18 @@ def _load(model: str, options: CompileOptions, progress: Callable[[str], None]) 
     if options.softmax == "argmax":  # in the float reference too: the fidelity report compares decisions
         from .passes.heads import argmax_head
         loaded.graph = argmax_head(loaded.graph)
-    precision, quantized_from = options.precision, loaded
+    precision, quantized_from, kept = options.precision, loaded, frozenset()
     if hls_config is not None:  # the HLSConfig's types, as a --precision spec over the graph's own node names
         from .passes.batchnorm import fold_batchnorm
-        folded = fold_batchnorm(loaded.graph)
+        # folded where hls4ml fuses a BatchNorm (after an 'auto' result) and nowhere else
+        kept = hls_config.kept_batchnorms(loaded.graph)
+        folded = fold_batchnorm(loaded.graph, keep=kept)
         precision = hls_config.precision_spec(folded)
         # hls4ml writes weights as decimal text with as many digits as their type has fractional bits: the codes
         # its firmware holds are those of the rounded decimals (the float reference keeps the model's own weights).
         quantized_from = dataclasses.replace(loaded, graph=hls_config.as_hls4ml_writes(folded))
     progress("quantizing and inferring precision" if precision else "inferring precision")
-    g, warnings = prepare(quantized_from, precision, options.input_range)
+    g, warnings = prepare(quantized_from, precision, options.input_range, keep_batchnorms=kept)
     if "hls" in options.to:  # a layer or setting hls4ml cannot express fails before any backend runs
         from .backends.hls.convert import to_layer_list
         to_layer_list(g, hls_options(options, g))

@@ -46,6 +46,13 @@ has no class for (LowRankDense, KANLayer, Clip, HardSwish) is refused: no rule o
 An accum left ``auto`` on a LowRankDense or a KANLayer is sized by bitforge's own inference (exact, as hls4ml's
 uncapped rule is).
 
+A BatchNorm (bitforge's ScaleShift) is folded where hls4ml fuses it and nowhere else: into the Dense or Conv before
+it when that layer's result is 'auto' (:meth:`HlsConfig.kept_batchnorms` names the others, which
+``fold_batchnorm(g, keep=...)`` leaves as layers). A kept one computes what hls4ml's BatchNormalization computes,
+``x * scale + bias`` at full precision converted to its result type: :meth:`HlsConfig.precision_spec` gives it a
+``NODE.accum`` that holds that sum for every code of its input, scale and bias types, so no input the input type
+holds wraps it (an inferred accumulator is sized for the declared input range only).
+
 hls4ml writes each weight into the firmware as decimal text with as many digits as its type has fractional bits,
 and the C++ converts that text: :meth:`HlsConfig.as_hls4ml_writes` gives the float graph those decimals, so that
 quantizing it gives the codes hls4ml's firmware holds.
@@ -62,7 +69,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from ..errors import BitforgeError
-from ..fixed import FixedType, FixedTypeError, Overflow, Rounding, parse_type
+from ..fixed import FixedType, FixedTypeError, Overflow, Rounding, parse_type, signed_bits
 from ..ir import (
     Add,
     ArgMax,
@@ -85,7 +92,7 @@ from ..ir import (
 )
 from .batchnorm import FOLDED_KEY
 from .dequantize import dequantize_graph
-from .heads import index_type
+from .heads import ARGMAX_KEY, index_type
 from .quantize import AUTO, PrecisionSpecError, parse_precision
 
 __all__ = ["HlsConfigError", "HlsConfig", "LayerSettings", "read_hls_config", "parse_hls_config",
@@ -233,6 +240,23 @@ def _bn_type(x: FixedType, s: FixedType, b: FixedType, maximum: Optional[FixedTy
     return FixedType(*_cap(out_int + max(width - integer, b.frac), out_int, maximum), signed or b.signed)
 
 
+def _full_sum_type(x: FixedType, s: FixedType, b: Optional[FixedType]) -> FixedType:
+    """A kept BatchNorm's accumulator: the narrowest signed TRN/WRAP type at ``frac(x) + frac(scale)`` that holds
+    ``x * scale + bias`` for every code of the three types (``b`` None: no bias; its frac must not be finer).
+
+    hls4ml's BatchNormalization computes ``x * scale + bias`` in C++'s full-precision ap_fixed arithmetic and
+    converts only the sum to the result type; bitforge's ScaleShift holds the sum in ``accum_type``. Left to
+    :func:`~bitforge.toolchain.passes.precision.infer_precision`, that accumulator is sized for the declared input
+    range only, and an input the input type holds beyond it (edge vectors, a C simulation's inputs) wraps it. Sized
+    over the types' whole ranges it never overflows, so the sum is hls4ml's."""
+    frac = x.frac + s.frac
+    ends = [xc * sc for xc in (x.min_code, x.max_code) for sc in (s.min_code, s.max_code)]
+    if b is not None:
+        ends = [p + (bc << (frac - b.frac)) for p in ends for bc in (b.min_code, b.max_code)]
+    width = max(signed_bits(e) for e in ends)
+    return FixedType(width, width - frac, True, Rounding.TRN, Overflow.WRAP)
+
+
 def _add_type(a: FixedType, b: FixedType, maximum: Optional[FixedType]) -> FixedType:
     """``_infer_merge_precision`` for ``add``: one integer bit more than the wider operand."""
     integer = max(a.integer + (b.signed and not a.signed), b.integer + (a.signed and not b.signed)) + 1
@@ -355,9 +379,13 @@ class HlsConfig:
     def _entries(self, g: Graph) -> tuple[dict[str, LayerSettings], dict[str, LayerSettings]]:
         """LayerName entries by graph element name and LayerType entries by class; refuses names that are no layer
         of ``g``. An entry naming a BatchNorm folded into the layer before it (``g.metadata[FOLDED_KEY]``) types
-        nothing: hls4ml fuses that layer too (:meth:`check` refuses the folds it would not make), and the fused
-        layer takes the types of the layer it was fused into."""
+        nothing: hls4ml fuses that layer too (:meth:`kept_batchnorms` keeps the others; :meth:`check` refuses a
+        fold hls4ml would not make), and the fused layer takes the types of the layer it was fused into. Nor does
+        an entry naming a Softmax that ``--softmax argmax`` replaced by the ArgMax of its logits
+        (``g.metadata[ARGMAX_KEY]``): bitforge computes no softmax there, so hls4ml's settings for one (its tables,
+        its accum and result) have nothing to set, and the ArgMax's index type follows from the op."""
         folded = {r["scale_shift"]: r["into"] for r in g.metadata.get(FOLDED_KEY, [])}
+        replaced = set(g.metadata.get(ARGMAX_KEY, []))
         elements = {name.lower(): name for name in [*g.inputs, *(n.name for n in g.nodes), *folded]}
         aliases = hls4ml_aliases(g)
         by_name = {}
@@ -366,7 +394,7 @@ class HlsConfig:
             if name is None:
                 raise self._error(f"LayerName.{key}", f"graph '{g.name}' has no layer '{key}' (its layers: "
                                   f"{', '.join(elements.values())}; the input layer is the graph input's name)")
-            if name not in folded:
+            if name not in folded and name not in replaced:
                 by_name[name] = settings
         return by_name, {key.lower(): settings for key, settings in self.layer_types}
 
@@ -375,12 +403,29 @@ class HlsConfig:
         cls = hls_class(g, name)
         return [e for e in (by_name.get(name), by_type.get((cls or "").lower()), self.model) if e is not None]
 
+    def kept_batchnorms(self, g: Graph) -> frozenset[str]:
+        """The BatchNorms (ScaleShifts) of float graph ``g``, before folding, that hls4ml keeps as layers: those after
+        a Dense or Conv whose result type is not 'auto'. hls4ml's FuseBatchNormalization pass
+        (hls4ml/model/optimizer/passes/bn_fuse.py) fuses a BatchNormalization into the Dense/Conv before it only
+        when that layer's output precision is unspecified, i.e. 'auto' before its InferPrecisionTypes pass runs;
+        otherwise the layer's output is rounded to its type and normalised by a layer of its own. Fold ``g`` with
+        ``fold_batchnorm(g, keep=config.kept_batchnorms(g))`` so that bitforge folds exactly where hls4ml fuses
+        (BatchNorms after other ops, or whose input has other readers, neither folds). Raises
+        :class:`HlsConfigError` for LayerName entries that are no layer of ``g``."""
+        producers = {n.output: n for n in g.nodes}
+        kept = set()
+        for n in g.nodes:
+            p = producers.get(n.inputs[0]) if isinstance(n, ScaleShift) else None
+            if isinstance(p, (Dense, Conv)) and self.resolve(g, p.name, "result")[0] != AUTO:
+                kept.add(n.name)
+        return frozenset(kept)
+
     def check(self, g: Graph) -> None:
         """Refuse what this config asks of ``g`` that bitforge cannot do as hls4ml would: an InputShape that is not
         the graph's, a channels-last order where bitforge reads or writes the model's own, LayerName entries that
         are no layer of ``g``, Precision variables a layer does not have, table settings on bitforge's own tables,
-        reuse or strategy on an input, a BramFactor below a layer's weight count, and a BatchNorm bitforge folded
-        where hls4ml would not."""
+        reuse or strategy on an input, a BramFactor below a layer's weight count, and a BatchNorm ``g`` has folded
+        where hls4ml would not fuse it (see :meth:`kept_batchnorms`)."""
         by_name, by_type = self._entries(g)
         self._check_io(g)
         for name, settings in by_name.items():
@@ -434,9 +479,10 @@ class HlsConfig:
 
     def _check_folded(self, g: Graph) -> None:
         """hls4ml fuses a BatchNormalization into the Dense/Conv before it only when that layer's result is 'auto'
-        (FuseBatchNormalization); otherwise it rounds the layer's output, then normalises it. The graph bitforge
-        types has every foldable BatchNorm folded (passes.batchnorm), so a folded one after an explicit result
-        would compute other numbers than hls4ml's firmware."""
+        (FuseBatchNormalization); otherwise it rounds the layer's output, then normalises it. ``bitforge compile
+        --hls-config`` folds with :meth:`kept_batchnorms` kept, so its graphs never hold such a fold; a graph
+        folded without them (``fold_batchnorm(g)`` alone, or a bitforge output folder compiled without this
+        config, whose metadata records the folds) does, and would compute other numbers than hls4ml's firmware."""
         for r in g.metadata.get(FOLDED_KEY, []):
             into = r["into"]
             if into not in {n.name for n in g.nodes}:
@@ -446,8 +492,10 @@ class HlsConfig:
                 raise self._error(where, (
                     f"BatchNorm '{r['scale_shift']}' follows {g.node(into).describe()}, whose result type is "
                     f"{value.to_ap()}: hls4ml then keeps the BatchNormalization as a layer of its own (the layer's "
-                    f"output rounded to that type first), while bitforge folds it into '{into}'; give '{into}' "
-                    "result: auto (hls4ml then fuses it too), or fold the BatchNorm into the layer in the model"))
+                    f"output rounded to that type first), while graph '{g.name}' has it folded into '{into}' (by an "
+                    "earlier compile of the model without this config, or by fold_batchnorm without "
+                    f"keep=HlsConfig.kept_batchnorms(g)); compile the model itself (its .pt2/.onnx file), or give "
+                    f"'{into}' result: auto (hls4ml then fuses it too)"))
 
     def _check_layer(self, g: Graph, name: str, settings: LayerSettings) -> None:
         node = None if name in g.inputs else g.node(name)
@@ -500,9 +548,12 @@ class HlsConfig:
         """The type of every field :func:`_fields` lists, per graph element: ``{name: {field: type}}`` (fields:
         ``weight``, ``bias``, ``act``, ``mid``, ``accum``), each 'auto' resolved as hls4ml's InferPrecisionTypes
         resolves it (see the module docstring), in graph order so that each layer sees its input's type. None:
-        an accumulator left to bitforge's inference (a LowRankDense's or KANLayer's 'auto'). Raises
-        :class:`HlsConfigError` for what :meth:`check` refuses, an 'auto' no rule of hls4ml's infers, and a
-        layer with no precision at all (hls4ml refuses those too)."""
+        an accumulator left to bitforge's inference (a LowRankDense's or KANLayer's 'auto'). A BatchNorm
+        (ScaleShift) has no accumulator in hls4ml, which adds at full precision: its ``accum`` here is the type
+        that holds ``x * scale + bias`` for every code of those types (:func:`_full_sum_type`), so it never
+        overflows whatever the declared input range. Raises :class:`HlsConfigError` for what :meth:`check`
+        refuses, an 'auto' no rule of hls4ml's infers, a layer with no precision at all (hls4ml refuses those
+        too), and a BatchNorm bias finer than ``frac(x) + frac(scale)`` (bitforge's ScaleShift cannot add it)."""
         self.check(g)
         out: Types = {}
         tensors: dict[str, FixedType] = {}
@@ -575,8 +626,16 @@ class HlsConfig:
             return out, act
         if isinstance(n, ScaleShift):
             s, b = param("scale"), param("bias")
+            if n.shift is not None and b.frac > x.frac + s.frac:
+                raise self._error(self.resolve(g, n.name, "bias")[1], (
+                    f"{n.describe()}: bias type {b.to_ap()} has {b.frac} fractional bits, more than the product of "
+                    f"its input ({x.to_ap()}) and scale ({s.to_ap()}), {x.frac} + {s.frac} = {x.frac + s.frac}: "
+                    "hls4ml adds such a bias at full precision, bitforge's ScaleShift adds its shift to the exact "
+                    f"product and cannot; give the bias at most {x.frac + s.frac} fractional bits, or the scale or "
+                    "the input more"))
             out = {"weight": s, **({"bias": b} if n.shift is not None else {}),
-                   "act": typed("result", lambda where: _bn_type(x, s, b, cap))}
+                   "act": typed("result", lambda where: _bn_type(x, s, b, cap)),
+                   "accum": _full_sum_type(x, s, b if n.shift is not None else None)}
             return out, out["act"]
         if isinstance(n, LeakyReLU):
             if n.alpha.size == 1:
@@ -602,8 +661,9 @@ class HlsConfig:
         """The ``--precision`` spec that types ``g`` as this config types it in hls4ml (see the module docstring).
 
         The Model entry becomes global items; every node and graph input whose type (:meth:`types`) differs from
-        what those give gets a ``NODE.FIELD`` override. Raises :class:`HlsConfigError` naming the key for what
-        :meth:`types` refuses.
+        what those give gets a ``NODE.FIELD`` override, and every ScaleShift a ``NODE.accum`` that cannot overflow
+        (hls4ml's full-precision BatchNormalization; see :meth:`types`). Raises :class:`HlsConfigError` naming the
+        key for what :meth:`types` refuses.
         """
         types = self.types(g)
         head = []
@@ -617,7 +677,8 @@ class HlsConfig:
         overrides = []
         for name in [*g.inputs, *(n.name for n in g.nodes)]:
             node = None if name in g.inputs else g.node(name)
-            for field_, _ in _fields(g, name):
+            accum = [("accum", "accum")] if isinstance(node, ScaleShift) else []
+            for field_, _ in _fields(g, name) + accum:
                 want = types[name][field_]
                 have = base.lookup(name, field_) if node is None else base.for_node(node, field_)
                 if want != have:

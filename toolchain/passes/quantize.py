@@ -35,9 +35,11 @@ included (they round and wrap or saturate as their modes say). A width alone say
 binary point goes, so an accum takes only a TYPE, or ``auto``: accumulators not given (or auto) are sized by
 :func:`~bitforge.toolchain.passes.precision.infer_precision` so they cannot overflow. A KANLayer's sum is exact
 at frac(coeff) + frac(basis), so only ``NODE.accum`` types it and its type must have that frac (the global
-accum and a bare TYPE leave it to inference). A ScaleShift takes none: hls4ml's BatchNormalization computes
-``scale * x + shift`` at full precision, which is what the inferred accumulator does (``NODE.accum`` on one
-is refused).
+accum and a bare TYPE leave it to inference). A ScaleShift's sum ``x * scale + shift`` is exact at frac(x) +
+frac(scale) too, and hls4ml's BatchNormalization has no accumulator (it adds at full precision), so the global
+accum and a bare TYPE leave it to inference as well; ``NODE.accum`` types it (that frac again, wrapping or
+saturating as its modes say): inference sizes it for the declared input range, and the HLS config pass gives
+one that holds the sum for every code of the input's type (``passes/hls_config.py``), which is hls4ml's.
 
 Explicit types are used exactly as given: no integer bits fitted, no unsigned promotion, a bias type kept as
 typed (one with more fractional bits than frac(x) + frac(W) needs an explicit accumulator of its layer, which
@@ -268,8 +270,8 @@ class PrecisionSpec:
 
     def for_node(self, n: Node, field: str) -> Optional[Precision]:
         """:meth:`lookup` for layer ``n`` as the pass applies it: the global accum and a bare TYPE type the
-        accumulators of Dense, Conv and LowRankDense only (a KANLayer's has a fixed frac, a ScaleShift has none
-        in hls4ml), so those two get one only from ``NODE.accum``."""
+        accumulators of Dense, Conv and LowRankDense only (a KANLayer's and a ScaleShift's have a fixed frac, and
+        hls4ml's BatchNormalization has none), so those two get one only from ``NODE.accum``."""
         if field == "accum" and isinstance(n, (KANLayer, ScaleShift)):
             value = dict(self.overrides).get(f"{n.name}.accum")
             return None if value == AUTO else value
@@ -411,6 +413,10 @@ def _bias_type(n: Node, p: Optional[Precision], weight: FixedType, accum_frac: i
     to round it.
     """
     if isinstance(p, FixedType):
+        if p.frac > accum_frac and isinstance(n, ScaleShift):  # its sum's frac is fixed: no accum can take it
+            raise QuantizeError(f"{n.describe()}: shift type {p.to_short()} has {p.frac} fractional bits, more than "
+                                f"the exact product's frac(x) + frac(scale) = {accum_frac}; give it at most "
+                                f"{accum_frac}")
         if p.frac > accum_frac and accum is None:
             raise QuantizeError(f"{n.describe()}: bias type {p.to_short()} has {p.frac} fractional bits, more than "
                                 f"the exact sum's frac(x) + frac(W) = {accum_frac}; give it fewer, or give the "
@@ -471,15 +477,11 @@ def _check_overrides(g: Graph, spec: PrecisionSpec) -> None:
         if fld == "act" and type(n) in _FIXED_OUTPUT:
             raise QuantizeError(f"precision override '{key}': {n.describe()} {_FIXED_OUTPUT[type(n)]}; drop the "
                                 "override")
-        if fld == "accum" and isinstance(n, ScaleShift):
-            raise QuantizeError(f"precision override '{key}': {n.describe()} has no accumulator to type: like "
-                                "hls4ml's BatchNormalization it computes scale * x + shift at full precision "
-                                "(bitforge sizes that sum so it cannot overflow); drop the override")
         ok = {"weight": isinstance(n, (Dense, LowRankDense, KANLayer, Conv, ScaleShift, LeakyReLU, HardSigmoid)),
               "bias": (isinstance(n, (Dense, LowRankDense, Conv)) and n.bias is not None)
               or (isinstance(n, ScaleShift) and n.shift is not None),
               "act": True, "mid": isinstance(n, LowRankDense),
-              "accum": isinstance(n, (Dense, LowRankDense, Conv, KANLayer))}[fld]
+              "accum": isinstance(n, (Dense, LowRankDense, Conv, KANLayer, ScaleShift))}[fld]
         if not ok:
             raise QuantizeError(f"precision override '{key}': {n.describe()} has no "
                                 f"{'accumulator' if fld == 'accum' else fld}")
@@ -618,11 +620,17 @@ def _quantize_layer(n: Node, spec: PrecisionSpec, x: FixedType) -> Node:
                                    mid_type=None, accum_v_type=accum, accum_type=accum)
     if isinstance(n, ScaleShift):
         st = _weight_type(p, n.scale)
+        if accum is not None and accum.frac != x.frac + st.frac:
+            raise QuantizeError(f"{n.describe()}: accumulator type {accum.to_short()} has {accum.frac} fractional "
+                                f"bits; a ScaleShift sums the exact product x * scale and its shift at frac(x) + "
+                                f"frac(scale) = {x.frac} + {st.frac} = {x.frac + st.frac} (input {x.to_short()}, "
+                                f"scale {st.to_short()}): give it {x.frac + st.frac} fractional bits, or drop the "
+                                f"override ({n.name}.accum=auto) to let infer_precision size it")
         fields = dict(scale=_codes(n.scale, st, n, "scale"), scale_type=st)
         if n.shift is not None:
             ht = _bias_type(n, spec.lookup(n.name, "bias"), st, x.frac + st.frac, n.shift)
             fields.update(shift=_codes(n.shift, ht, n, "shift"), shift_type=ht)
-        return dataclasses.replace(n, accum_type=None, **fields)
+        return dataclasses.replace(n, accum_type=accum, **fields)
     if isinstance(n, LeakyReLU):
         at = _weight_type(p, n.alpha)
         return dataclasses.replace(n, alpha=_codes(n.alpha, at, n, "alpha"), alpha_type=at)

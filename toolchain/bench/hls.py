@@ -30,6 +30,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from ..errors import BitforgeError
+from .names import pick_names
 
 __all__ = ["HlsBenchError", "HlsDesign", "HlsRow", "DESIGNS", "parse_designs", "bench_design", "run_bench",
            "add_arguments", "table", "write_json", "host_info"]
@@ -95,14 +96,7 @@ class HlsRow:
 
 def parse_designs(text: Optional[str]) -> list[str]:
     """``--designs a,b`` -> names in the order given; None or ``all`` -> every design."""
-    if text is None or text.strip() == "all":
-        return list(DESIGNS)
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in DESIGNS]
-    if unknown or not names:
-        raise HlsBenchError(f"--designs: unknown design(s) {', '.join(unknown) or repr(text)}; choose from "
-                            f"{', '.join(DESIGNS)} (comma-separated) or 'all'")
-    return names
+    return pick_names(text, DESIGNS, "--designs", HlsBenchError)
 
 
 def timed(fn: Callable[[], object], repeats: int) -> tuple[object, float]:

@@ -26,6 +26,7 @@ from typing import Callable, Optional, Union
 
 from .. import ir
 from ..errors import BitforgeError
+from .names import pick_names
 
 Progress = Callable[[str], None]
 
@@ -117,14 +118,7 @@ class BenchResult:
 
 def parse_designs(text: Optional[str]) -> list[str]:
     """``--designs a,b`` -> names in the order given; None or ``all`` -> every design."""
-    if text is None or text.strip() == "all":
-        return list(DESIGNS)
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in DESIGNS]
-    if unknown or not names:
-        raise BenchError(f"unknown design(s) {', '.join(unknown) or repr(text)} for --designs; choose from "
-                         f"{', '.join(DESIGNS)} (comma-separated) or 'all'")
-    return names
+    return pick_names(text, DESIGNS, "--designs", BenchError)
 
 
 def parse_targets(text: Optional[str]) -> list[str]:

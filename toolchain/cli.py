@@ -333,7 +333,7 @@ def _parse_reuse(text: str):
 def _add_rtl_options(p: argparse.ArgumentParser, default_reuse="1") -> None:
     p.add_argument("--reuse", type=_parse_reuse, default=_parse_reuse(default_reuse), metavar="N|auto",
                    help=f"RTL: 1 = fully parallel, N = each multiplier serves N products (II = N), auto = smallest "
-                        f"per layer that fits --target (default {default_reuse})")
+                        f"per layer that fits --target (default {default_reuse}); HLS: hls4ml's ReuseFactor N")
     p.add_argument("--target", metavar="T", help="FPGA target (for --reuse auto and implementation): ice40-up5k, "
                    "ecp5-25f, ecp5-85f, gowin-gw1nr9, xc7a35t, xcvu9p")
     p.add_argument("--weights", choices=("rom", "ram"), default="rom",

@@ -9,8 +9,11 @@ Four configurations: ``ap_fixed<16,6>`` everywhere (narrow TRN/WRAP accumulators
 mixed types (narrow weights, whose decimal text hls4ml rounds), RND/SAT types with a saturating accumulator, and the
 generated config as it is, 'auto' everywhere (hls4ml infers full-width Dense results, the ReLUs wrap them to the
 default). bitforge reads the whole generated config, as a user dumps it (the module as its repr string, InputShape as
-a list). And a CNN's generated config, with every layer class hls4ml infers 'auto' for. Each configuration costs two
-g++ builds (about 15 s on 2 cores): they run in the slow step.
+a list). And a CNN's generated config, with every layer class hls4ml infers 'auto' for; a Conv2d + BatchNorm block
+under the Model-only config hls4ml generates (hls4ml keeps the BatchNorm as a layer, and so does bitforge), with the
+input type's whole range and a narrower declared one; and the digits-cnn recipe under a Model-only and a generated
+config (BatchNorms kept, then fused), against hls4ml's conversion of its logits. Each configuration costs two g++
+builds (about 15 s on 2 cores): they run in the slow step.
 """
 from __future__ import annotations
 
@@ -227,3 +230,120 @@ def test_a_generated_cnn_config_means_the_same_numbers(tmp_path):
     assert np.array_equal(codes, np.rint(codes))
     bad = np.flatnonzero((codes.astype(np.int64) != golden).any(axis=1))
     assert bad.size == 0, f"{bad.size} of 10,000 vectors differ; first row {bad[0] if bad.size else None}"
+
+
+class BlockCNN(torch.nn.Module):
+    """One conv block of the digits CNN, small: Conv2d, BatchNorm2d, ReLU, MaxPool2d, Flatten, Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = torch.nn.Conv2d(2, 4, 3, padding=1), torch.nn.BatchNorm2d(4)
+        self.act, self.pool = torch.nn.ReLU(), torch.nn.MaxPool2d(2)
+        self.flat, self.fc = torch.nn.Flatten(), torch.nn.Linear(4 * 3 * 3, 5)
+
+    def forward(self, x):
+        return self.fc(self.flat(self.pool(self.act(self.bn(self.conv(x))))))
+
+
+def _compare(g: ir.Graph, hm, tensor: str, seed: int = 3) -> None:
+    """bitforge's golden model's ``tensor`` equals hls4ml's output, code for code, on 10,000 seeded vectors."""
+    inputs = make_vectors(g, 10_000, seed)
+    x = np.asarray(inputs[g.inputs[0]], dtype=np.float64).reshape(10_000, -1)  # 'full': channels first, as given
+    golden = emulate.run(g, inputs, keep=True)[tensor].reshape(10_000, -1)
+    codes = np.ldexp(_predict(hm, x), g.tensors[tensor].dtype.frac)
+    assert np.array_equal(codes, np.rint(codes))
+    bad = np.flatnonzero((codes.astype(np.int64) != golden).any(axis=1))
+    assert bad.size == 0, f"{bad.size} of 10,000 vectors differ; first row {bad[0] if bad.size else None}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("input_range", [(-32.0, 32.0), (-4.0, 4.0)])  # ap_fixed<16,6>'s whole range; a declared one
+def test_a_model_only_config_keeps_the_batchnorm_as_hls4ml_does(tmp_path, input_range):
+    """The config hls4ml generates at model granularity, ``ap_fixed<16,6>`` everywhere: the Conv's result is then
+    explicit, so hls4ml keeps the BatchNorm as a layer (the Conv's output wraps to ap_fixed<16,6> first) and so does
+    bitforge, whose ScaleShift then adds at hls4ml's full precision: no vector wraps its sum, those beyond the
+    declared input range (the edge rows reach the input type's ends) included."""
+    import hls4ml
+    from hls4ml.model.layers import BatchNormalization
+
+    torch.manual_seed(1)
+    m = BlockCNN().eval()
+    with torch.no_grad():
+        m.bn.running_mean.uniform_(-0.5, 0.5), m.bn.running_var.uniform_(0.25, 4.0)
+        m.bn.weight.uniform_(0.5, 2.0), m.bn.bias.uniform_(-1.0, 1.0)
+    cfg = hls4ml.utils.config_from_pytorch_model(m, input_shape=(2, 6, 6), granularity="model", backend="Vitis",
+                                                 default_precision="ap_fixed<16,6>")
+    assert "LayerName" not in cfg and "LayerType" not in cfg  # the Model entry is the whole HLSConfig
+    (tmp_path / "cfg.json").write_text(json.dumps(_as_dumped(cfg)))
+    torch.export.save(torch.export.export(m, (torch.randn(2, 2, 6, 6),)), tmp_path / "m.pt2")
+    report = compile_model(str(tmp_path / "m.pt2"), tmp_path / "bf",
+                           CompileOptions(to=("hls",), hls_config=str(tmp_path / "cfg.json"), input_range=input_range,
+                                          vectors=10_000, seed=3))
+    v = report["verification"]["golden_vs_hls_csim"]
+    assert (v["vectors"], v["mismatches"]) == (10_000, 0)
+
+    g = ir.load(tmp_path / "bf")
+    hm = _hls4ml_model(m, cfg, tmp_path / "hls4ml")
+    assert isinstance(hm.graph["bn"], BatchNormalization)  # hls4ml kept it
+    bn = g.node(hls4ml_aliases(g)["bn"])
+    assert isinstance(bn, ir.ScaleShift) and g.metadata.get("folded_batchnorm") is None
+    # its accumulator holds x * scale + shift for every code of the input type (the Conv's ap_fixed<16,6>)
+    xt = g.tensors[bn.input].dtype
+    ends = [x * int(s) + (int(b) << (bn.accum_type.frac - bn.shift_type.frac))
+            for x in (xt.min_code, xt.max_code) for s in (bn.scale.min(), bn.scale.max())
+            for b in (bn.shift.min(), bn.shift.max())]
+    assert bn.accum_type.min_code <= min(ends) and max(ends) <= bn.accum_type.max_code
+    for name, layer in hm.graph.items():
+        if not name.startswith("transpose_"):
+            node = next(n for n in g.nodes if isinstance(n, ir.Quantize)) if name in g.inputs else \
+                g.node(hls4ml_aliases(g).get(name, name))
+            assert g.tensors[node.output].dtype == _fixed(layer.get_output_variable().type.precision), name
+    _compare(g, hm, g.outputs[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["model-only", "generated"])
+def test_the_digits_cnn_compiles_under_a_model_only_and_a_generated_config(tmp_path, config):
+    """The digits-cnn recipe (two Conv2d + BatchNorm2d + ReLU + MaxPool blocks, Linear, Softmax) under
+    ``Model: {Precision: ap_fixed<16,6>}`` (hls4ml keeps both BatchNorms) and under the config hls4ml generates at
+    name granularity ('auto': hls4ml fuses both). bitforge's Softmax has its own tables, which a config cannot make
+    hls4ml's, and the generated config sets hls4ml's (refused on bitforge's Softmax): that one compiles with
+    ``softmax='argmax'``, which leaves the Softmax's entry nothing to set. Either way the logits bitforge's golden
+    model computes are those of hls4ml's own conversion of the model without its Softmax, on 10,000 vectors (hls4ml
+    also needs ChannelsLastConversion for a CNN, which the generated config has and the Model-only one lacks: it is
+    added for hls4ml, and bitforge reads the model's own channels-first order either way)."""
+    import hls4ml
+    from hls4ml.model.layers import BatchNormalization
+
+    from bitforge.models.cnn import logits
+    from bitforge.models.recipes import get_recipe
+
+    module = get_recipe("digits-cnn").build(seed=0).eval()
+    if config == "model-only":
+        mine = {"Model": {"Precision": "ap_fixed<16,6>"}}
+        theirs = {"Model": {**mine["Model"], "ChannelsLastConversion": "full", "TransposeOutputs": False},
+                  "InputShape": (1, 8, 8)}
+        softmax, kept = "keep", {"batchnorm_1", "batchnorm_5"}
+    else:
+        theirs = hls4ml.utils.config_from_pytorch_model(module, input_shape=(1, 8, 8), granularity="name",
+                                                        backend="Vitis")
+        mine = _as_dumped(theirs)
+        assert "table" in mine["LayerName"]["_10"]["Precision"]  # the Softmax's entry, refused unless replaced
+        theirs["LayerName"].pop("_10")
+        softmax, kept = "argmax", set()
+    (tmp_path / "cfg.json").write_text(json.dumps(mine))
+    # seed 0 trains the recipe's module (the one built here) and seeds the vectors
+    options = CompileOptions(to=("hls",), hls_config=str(tmp_path / "cfg.json"), softmax=softmax, vectors=10_000,
+                             seed=0)
+    report = compile_model("digits-cnn", tmp_path / "bf", options)
+    v = report["verification"]["golden_vs_hls_csim"]
+    assert (v["vectors"], v["mismatches"]) == (10_000, 0)
+
+    g = ir.load(tmp_path / "bf")
+    assert {n.name for n in g.nodes if isinstance(n, ir.ScaleShift)} == kept
+    assert {r["scale_shift"] for r in g.metadata.get("folded_batchnorm", [])} == {"batchnorm_1", "batchnorm_5"} - kept
+    hm = _hls4ml_model(logits(module), theirs, tmp_path / "hls4ml")
+    assert len([layer for layer in hm.graph.values() if isinstance(layer, BatchNormalization)]) == len(kept)
+    head = g.node("softmax_10")
+    assert head.OP == ("Softmax" if softmax == "keep" else "ArgMax")
+    _compare(g, hm, head.input, seed=0)

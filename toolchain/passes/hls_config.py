@@ -494,7 +494,7 @@ class HlsConfig:
                     f"{value.to_ap()}: hls4ml then keeps the BatchNormalization as a layer of its own (the layer's "
                     f"output rounded to that type first), while graph '{g.name}' has it folded into '{into}' (by an "
                     "earlier compile of the model without this config, or by fold_batchnorm without "
-                    f"keep=HlsConfig.kept_batchnorms(g)); compile the model itself (its .pt2/.onnx file), or give "
+                    "keep=HlsConfig.kept_batchnorms(g)); compile the model itself (its .pt2/.onnx file), or give "
                     f"'{into}' result: auto (hls4ml then fuses it too)"))
 
     def _check_layer(self, g: Graph, name: str, settings: LayerSettings) -> None:

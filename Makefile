@@ -12,7 +12,7 @@ SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 SETUP_LOG := $(VENV)/setup.log
 PIP       := $(BIN)/python -m pip install --progress-bar off
-EXTRAS    := .[test,bench,llm]
+EXTRAS    := .[test,bench,llm,gpu]
 # liblz4-dev: the header Verilator's FST waveform writer needs (bitforge simulate --waves on Verilator).
 APT_TOOLS := command -v iverilog && command -v ccache && test -f /usr/include/lz4.h || \
              $(SUDO) apt-get install -y -q iverilog ccache liblz4-dev || \

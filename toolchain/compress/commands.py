@@ -164,6 +164,7 @@ def _source_record(lm) -> dict:
 
 def cmd_eval_ppl(args: argparse.Namespace) -> int:
     from .calibration import TextConfig, prepare_text
+    from ...runtime.llm.modules import base_source
     from .checkpoint import apply_checkpoint, is_checkpoint, load_checkpoint, read_manifest
     from .methods import load_all
     from .model_io import load_model, resolve_model
@@ -173,9 +174,14 @@ def cmd_eval_ppl(args: argparse.Namespace) -> int:
     ckpt, stored = None, {}
     if is_checkpoint(target):
         manifest = read_manifest(target)
-        source = _manifest_source(manifest, target)
+        source = base_source(manifest, target)
         load_all()  # method modules register their checkpoint decoders
         ckpt = load_checkpoint(target)
+        if not args.dense:   # a manifest/tensor disagreement is refused before the model loads
+            from ...runtime.llm.reference import check_tensors
+
+            for name, meta in manifest["layers"].items():
+                check_tensors(name, ckpt.tensors[name], meta)
         stored = manifest.get("calibration", {})
         what = f"{target} ({manifest['config']['method']}, {manifest['summary']['bpw']:.3f} bpw)"
     else:
@@ -190,28 +196,26 @@ def cmd_eval_ppl(args: argparse.Namespace) -> int:
     with console.status(f"loading {source.describe()}"):
         lm = load_model(source, log=progress)
     split = prepare_text(lm.tokenizer, text_cfg)
-    if ckpt is not None:
+    if ckpt is not None and args.dense:
         n = apply_checkpoint(lm.model, ckpt)
-        progress(f"decoded {n} layers from {target}")
+        progress(f"decoded {n} layers from {target} into dense weights (--dense)")
+    elif ckpt is not None:
+        from ...runtime.llm.modules import replace_linears
+
+        n = replace_linears(lm.model, ckpt.tensors, ckpt.manifest["layers"], str(target))
+        progress(f"{n} layers of {target} run packed (reference path)")
     with console.status(f"perplexity on {split.eval.shape[0]} x {split.eval.shape[1]} tokens"):
         ppl = perplexity(lm.model, split.eval, batch_size=args.batch_size)
     out_console.print(f"{what}: perplexity {ppl.ppl:.3f} on {ppl.chunks} x {ppl.ctx} tokens of {text_cfg.text} "
                       f"({ppl.seconds:.1f} s; model load {lm.seconds:.1f} s)", soft_wrap=True)
     if args.json:
-        Path(args.json).write_text(json.dumps({"target": str(target), **ppl.to_json()}, indent=1) + "\n")
+        Path(args.json).write_text(json.dumps({"target": str(target), "weights": _weights_kind(ckpt, args),
+                                                **ppl.to_json()}, indent=1) + "\n")
     return 0
 
 
-def _manifest_source(manifest: dict, ckpt: Path):
-    from .model_io import resolve_model
-
-    rec = manifest.get("model", {})
-    spec = rec.get("spec", "")
-    source = resolve_model(spec if spec == "smollm2" else rec.get("path", spec))
-    if rec.get("size") is not None and source.path.is_file() and source.path.stat().st_size != rec["size"]:
-        raise BitforgeError(f"{ckpt}: made from {rec.get('path')} of {rec['size']:,} bytes, but {source.path} now "
-                            f"has {source.path.stat().st_size:,}; the base model changed")
-    return source
+def _weights_kind(ckpt, args) -> str:
+    return "base" if ckpt is None else "dense" if args.dense else "packed"
 
 
 # -- parsers -------------------------------------------------------------------------------------------
@@ -267,17 +271,23 @@ def add_commands(subparsers, formatter_class) -> None:
         "eval-ppl", formatter_class=formatter_class, help="perplexity of a checkpoint or a base model",
         description="Perplexity at --ctx tokens over --eval-chunks non-overlapping chunks from the start of the "
                     "evaluation part of --text (the first 25%% of its tokens; calibration never sees it). TARGET is "
-                    "a folder written by bitforge quantize (the base model + the decoded layers) or a MODEL.",
+                    "a folder written by bitforge quantize (the base model with its layers run from the packed "
+                    "tensors, or decoded to dense weights with --dense) or a MODEL.",
         epilog=examples("""
             bitforge eval-ppl smollm2                 # the base model (14.70 at the defaults)
             bitforge eval-ppl out/rtn-w3
             bitforge eval-ppl out/rtn-w3 --eval-chunks 16 --json ppl.json
+            bitforge eval-ppl out/rtn-w3 --dense      # decoded dense weights: same perplexity
         """))
     e.add_argument("target", metavar="OUT|MODEL")
     e.add_argument("--text", metavar="FILE", help="text (default: the checkpoint's, else pydoc_data.topics)")
     e.add_argument("--ctx", type=positive_int, help="tokens per chunk (default: the checkpoint's, else 512)")
     e.add_argument("--eval-chunks", type=positive_int, help="chunks (default: the checkpoint's, else 8)")
     e.add_argument("--batch-size", type=positive_int, default=2, help="chunks per forward pass (default 2)")
+    e.add_argument("--dense", action="store_true",
+                   help="checkpoints: decode every layer into a dense float weight first (the pre-runtime path) "
+                        "instead of running the packed modules (default); both give the same perplexity up to "
+                        "float rounding")
     e.add_argument("--json", type=output_file, metavar="FILE", help="write the result as JSON")
     e.set_defaults(func=cmd_eval_ppl)
 

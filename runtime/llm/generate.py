@@ -8,6 +8,7 @@ emitted, so a character split over several byte-level tokens appears once it is 
 """
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,10 +71,14 @@ def generate(model: nn.Module, tokenizer, prompt: str, max_new_tokens: int = 32,
     eos = tokenizer.eos_token_id
     stream = _Streamer(tokenizer, on_text)
     t0 = time.perf_counter()
+    # transformers 5 renamed the KV-cache argument and output from past_key_values to cache.
+    cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     past, step_ids = None, ids
     for _ in range(max_new_tokens):
-        out = model(input_ids=step_ids, past_key_values=past, use_cache=True)
-        past = out.past_key_values
+        out = model(input_ids=step_ids, use_cache=True, **{cache_arg: past})
+        past = out.get("cache", None)
+        if past is None:
+            past = out.past_key_values
         logits = out.logits[0, -1].float().cpu()
         if temperature == 0:
             token = int(torch.argmax(logits))

@@ -696,3 +696,67 @@ def test_bad_learn_to_hls_is_one_message_and_writes_nothing(name, tmp_path, monk
     for needle in case.says:
         assert needle in text, (needle, text)
     assert out == "" and snapshot(tmp_path) == before
+
+
+# -- bitforge generate (issue 20): its own block; wires the command in itself while cli.py may not yet -----------
+
+def _main_with_generate(argv: list[str], capsys, monkeypatch) -> tuple[int, str, str]:
+    import argparse
+
+    from bitforge.toolchain import cli
+    from bitforge.toolchain.compress.generate_command import add_generate_command
+
+    build = cli.build_parser
+
+    def with_generate():
+        p = build()
+        sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+        if "generate" not in sub.choices:
+            add_generate_command(sub, p.formatter_class)
+        return p
+
+    monkeypatch.setattr(cli, "build_parser", with_generate)
+    try:
+        code = cli.main(argv)
+    except SystemExit as e:  # argparse
+        code = e.code
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+FAKE_CKPT = write("ck/manifest.json", "{}")   # enough for the folder check: the device is refused before reading it
+GENERATE_CASES = {
+    "generate no such checkpoint": bad("generate nowhere --prompt hi", "nowhere: not a bitforge checkpoint folder",
+                                       "bitforge quantize"),
+    "generate without prompt": bad("generate ck", "the following arguments are required: --prompt"),
+    "generate empty prompt": bad("generate ck --prompt ''", "--prompt is empty", setup=FAKE_CKPT),
+    "generate zero tokens": bad("generate ck --prompt hi --max-new-tokens 0", "argument --max-new-tokens"),
+    "generate negative temperature": bad("generate ck --prompt hi --temperature -1", "argument --temperature",
+                                         "expected a finite number >= 0"),
+    "generate unknown device": bad("generate ck --prompt hi --device tpu", "argument --device",
+                                   "invalid choice: 'tpu'"),
+    "generate unknown dtype": bad("generate ck --prompt hi --dtype float64", "argument --dtype",
+                                  "invalid choice: 'float64'"),
+    "generate cuda without a GPU": bad("generate ck --prompt hi --device cuda", "device 'cuda'", "no CUDA GPU",
+                                       "--device cpu", setup=FAKE_CKPT),
+    "generate manifest not json": bad("generate ck --prompt hi", "ck/manifest.json: not valid JSON",
+                                      setup=write("ck/manifest.json", "{")),
+}
+
+
+@pytest.mark.parametrize("name", list(GENERATE_CASES))
+def test_bad_generate_is_one_message_and_writes_nothing(name, tmp_path, monkeypatch, capsys):
+    import torch
+
+    case = GENERATE_CASES[name]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.chdir(tmp_path)
+    if case.setup:
+        case.setup(tmp_path)
+    before = snapshot(tmp_path)
+    code, out, err = _main_with_generate(shlex.split(case.argv), capsys, monkeypatch)
+    text = " ".join(err.split())
+    assert code == 2 and "Traceback" not in out + err and err.count("error:") == 1, err
+    for needle in case.says:
+        assert needle in text, (needle, text)
+    assert out == "" and snapshot(tmp_path) == before

@@ -29,7 +29,8 @@ from bitforge.runtime.llm.triton_common import check_device, check_tensor, inter
 from bitforge.toolchain.errors import BitforgeError
 
 __all__ = ["GEMV_CONFIGS", "GEMM_CONFIGS", "GEMV_TUNED", "GEMM_TUNED", "uniform_gemv", "uniform_gemm",
-           "uniform_linear", "uniform_dequantize"]
+           "uniform_linear", "uniform_dequantize",
+           "decode_tile", "check_inputs", "FLOATS"]
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -116,9 +117,10 @@ GEMV_TUNED = triton.autotune(GEMV_CONFIGS, key=KEY, reset_to_zero=["y_ptr"])(_ge
 GEMM_TUNED = triton.autotune(GEMM_CONFIGS, key=KEY)(_gemm_kernel)
 
 
-def _check(kernel: str, x: torch.Tensor | None, packed: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor,
-           bits: int, group: int | None, shape: tuple[int, int]) -> int:
-    """Validate the packed weight (and ``x``) against ``shape``; return the effective group (``K`` per row)."""
+def check_inputs(kernel: str, x: torch.Tensor | None, packed: torch.Tensor, scale: torch.Tensor,
+                 zero: torch.Tensor, bits: int, group: int | None, shape: tuple[int, int]) -> int:
+    """Validate a uniform-v1 weight (and ``x``) against ``shape`` for ``kernel``; return the effective group
+    (``K`` for one pair per row). The low-rank kernels check their base with it too."""
     n, k = shape
     if not 1 <= bits <= 8:
         raise BitforgeError(f"{kernel}: bits {bits} not supported; expected 1..8")
@@ -140,7 +142,7 @@ def _check(kernel: str, x: torch.Tensor | None, packed: torch.Tensor, scale: tor
 def uniform_dequantize(packed: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int, group: int | None,
                        shape: tuple[int, int]) -> torch.Tensor:
     """float32 ``[N, K]`` weight decoded by the kernels' own :func:`decode_tile` (to check it bit for bit)."""
-    g = _check("uniform_dequantize", None, packed, scale, zero, bits, group, shape)
+    g = check_inputs("uniform_dequantize", None, packed, scale, zero, bits, group, shape)
     n, k = shape
     out = torch.empty((n, k), dtype=torch.float32, device=packed.device)
     grid = (triton.cdiv(n, 32), triton.cdiv(k, 32))
@@ -156,7 +158,7 @@ def uniform_gemv(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, zer
     ``config``: ``{"BLOCK_N", "BLOCK_K", "K_ITERS"}`` (optionally ``num_warps``) to launch one configuration;
     ``None`` autotunes over :data:`GEMV_CONFIGS`. Returns ``[M, N]`` in ``x``'s dtype.
     """
-    g = _check("uniform_gemv", x, packed, scale, zero, bits, group, shape)
+    g = check_inputs("uniform_gemv", x, packed, scale, zero, bits, group, shape)
     n, k = shape
     m = x.shape[0]
     xc, pc, sc, zc = (t.contiguous() for t in (x, packed, scale, zero))
@@ -181,7 +183,7 @@ def uniform_gemm(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, zer
     ``config``: ``{"BLOCK_M", "BLOCK_N", "BLOCK_K"}`` (optionally ``num_warps``, ``num_stages``); ``None``
     autotunes over :data:`GEMM_CONFIGS`. Returns ``[M, N]`` in ``x``'s dtype.
     """
-    g = _check("uniform_gemm", x, packed, scale, zero, bits, group, shape)
+    g = check_inputs("uniform_gemm", x, packed, scale, zero, bits, group, shape)
     n, k = shape
     m = x.shape[0]
     xc, pc, sc, zc = (t.contiguous() for t in (x, packed, scale, zero))

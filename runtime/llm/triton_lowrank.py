@@ -1,4 +1,4 @@
-"""Triton kernels for a uniform-v1 base plus a float16 low-rank correction (SRR / QERA, ``toolchain/compress/lowrank.py``).
+"""Triton kernels for a uniform-v1 base plus a float16 low-rank correction (SRR, QERA: compress/lowrank.py).
 
 The checkpoint stores ``W_hat = Q + L R`` with ``Q`` in ``uniform-v1`` (tensors ``q.codes``, ``q.scale``,
 ``q.zero``), ``L = lr_left [N, r]`` and ``R = lr_right [r, K]``, so ``y = x W_hat^T = x Q^T + (x R^T) L^T``.

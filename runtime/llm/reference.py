@@ -171,7 +171,8 @@ def expected_tensors(meta: dict) -> Spec:
     fmt = meta.get("packing")
     if fmt not in SPECS or fmt == LOWRANK:
         raise PackedLayerError(f"unknown packing {fmt!r} (method {meta.get('method')!r}); this bitforge runs "
-                               f"{', '.join(k for k in sorted(SPECS) if k != LOWRANK)}")
+                               f"{', '.join(k for k in sorted(SPECS) if k != LOWRANK)} packed (eval-ppl --dense "
+                               "still evaluates a layer whose method registered a checkpoint decoder)")
     base = SPECS[fmt](meta, out, n_in)
     if not is_lowrank(meta):
         return base

@@ -39,7 +39,7 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -62,7 +62,7 @@ _IN_BLOCK = {
     "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
 }
 # Keys of a GGUF base that describe the old file, not the new one.
-_DROP_KEYS = ("GGUF.", "general.file_type", EXPORT_KEY.rsplit(".", 1)[0] + ".")
+_DROP_KEYS = ("GGUF.", "general.file_type", "general.quantization_version", EXPORT_KEY.rsplit(".", 1)[0] + ".")
 
 
 class GGUFExportError(BitforgeError):
@@ -273,7 +273,6 @@ class _Base:
     write_meta: object = None                     # fn(writer)
     kind: str = ""
     float_type: str = "F32"
-    skipped: list = field(default_factory=list)
 
 
 def _base_from_gguf(path: Path) -> _Base:
@@ -358,7 +357,7 @@ def _base_from_hf(folder: Path) -> _Base:
     theta = float(rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0)))
     if getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False):
         raise GGUFExportError(f"{folder}: attention or MLP biases; llama.cpp's llama graph has none")
-    tensors, shapes, skipped = {}, {}, []
+    tensors, shapes = {}, {}
     for name, p in lm.model.state_dict().items():
         if name == "lm_head.weight" and cfg.tie_word_embeddings:
             continue
@@ -388,8 +387,7 @@ def _base_from_hf(folder: Path) -> _Base:
             w.add_value_length(int(head_dim))
         tok(w)
 
-    return _Base(cfg.num_attention_heads, cfg.num_key_value_heads, tensors, shapes, write_meta, "hf", "F32",
-                 skipped)
+    return _Base(cfg.num_attention_heads, cfg.num_key_value_heads, tensors, shapes, write_meta, "hf", "F32")
 
 
 def load_base(source) -> _Base:

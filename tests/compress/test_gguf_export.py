@@ -295,9 +295,22 @@ def test_smollm2_rtn_w4_g32_export_keeps_the_perplexity(tmp_path):
     assert rep.unchanged["token_embd.weight"] == "Q8_0"          # SmolLM2's own embedding bytes, copied
     got = load_model(tmp_path / "smol.gguf")
     assert got.source_bpw == pytest.approx(5.0)                   # Q4_1: 20 bytes per 32 weights
-    ids = split.eval
-    ppl_gguf = perplexity(got.model, ids).ppl
-    # Q4_1 rounds m = zero * scale to float16 (<= 2^-11 |m| per weight): measured |delta ppl| / ppl ~1e-5
-    assert ppl_gguf == pytest.approx(ppl, rel=1e-4)
+    ppl_gguf = perplexity(got.model, split.eval).ppl
+    # The file is exactly the checkpoint with m = zero * scale rounded to float16: the checkpoint's model with each
+    # layer replaced by gguf's dequantization (rows un-permuted) has the file's perplexity to the last bit ...
+    reader = gguf.GGUFReader(str(tmp_path / "smol.gguf"))
+    modules = dict(lm.model.named_modules())
+    with torch.no_grad():
+        for t in reader.tensors:
+            if t.tensor_type.name == "Q4_1":
+                name = gguf_tensor_name_to_hf(t.name)
+                w = torch.from_numpy(dequantize(t.data, t.tensor_type).astype(np.float32))
+                heads = {"q_proj": 9, "k_proj": 3}.get(name.split(".")[-2])
+                modules[name[: -len(".weight")]].weight.copy_(unpermute_rotary(w, heads) if heads else w)
+    assert perplexity(lm.model, split.eval).ppl == ppl_gguf
+    # ... and the rounding (<= 2^-11 |m| per weight, 62% of the blocks) moves the perplexity of 2 x 128 tokens by
+    # 1.3e-4 relative (21.8565 -> 21.8537 measured)
+    assert rep.inexact_m_blocks > 0.5 * sum(r.blocks for r in rep.layers)
+    assert ppl_gguf != ppl and ppl_gguf == pytest.approx(ppl, rel=5e-4)
     assert torch.equal(got.tokenizer(TEXT, return_tensors="pt").input_ids,
                        lm.tokenizer(TEXT, return_tensors="pt").input_ids)

@@ -139,3 +139,16 @@ def test_launch_without_config_matches_reference(kernel):
     x = torch.randint(-4, 5, (1 if kernel == "uniform_gemv" else 3, k)).float()
     y = getattr(tu, kernel)(*on_device(x, packed, scale, zero), bits, group, (n, k))
     assert torch.equal(y.cpu(), reference(x, codes, scale, zero, group))
+
+
+@pytest.mark.parametrize("kernel,m,config", [("uniform_gemv", 1, GEMV), ("uniform_gemm", 4, GEMM)])
+def test_float16_activations(kernel, m, config):
+    """float16 ``x``: the GEMV accumulates in float32, the GEMM rounds the decoded tile to float16 for ``tl.dot``
+    (exact here: 4-bit codes plus integer zero-points times a power of two fit float16's 11 bits) and
+    accumulates in float32; the output is the float32 sum rounded once to float16."""
+    n, k, bits, group = 20, 96, 4, 32
+    codes, packed, scale, zero = make_weight(n, k, bits, group, seed=9, exact=True)
+    x = torch.randint(-8, 9, (m, k)).half()
+    y = getattr(tu, kernel)(*on_device(x, packed, scale, zero), bits, group, (n, k), config=config)
+    assert y.dtype == torch.float16
+    assert torch.equal(y.cpu(), reference(x, codes, scale, zero, group).half())

@@ -94,6 +94,18 @@ def test_reference_forward_agrees_with_the_decoder_then_a_dense_matmul(key, quan
             assert torch.equal(y, dense), name
 
 
+@pytest.mark.parametrize("bits", range(1, 9))
+def test_the_fast_unpacking_gives_the_layout_modules_codes(bits):
+    from bitforge.runtime.formats import uniform
+
+    g = torch.Generator().manual_seed(bits)
+    for shape in ((3, 64), (5, 13), (1, 1)):   # odd widths leave a padded last byte per row
+        codes = torch.randint(0, 1 << bits, shape, generator=g).to(torch.uint8)
+        packed = uniform.pack_codes(codes, bits)
+        assert torch.equal(reference.unpack_uniform(packed, bits, shape), uniform.unpack_codes(packed, bits, shape))
+        assert torch.equal(reference.unpack_uniform(packed, bits, shape), codes)
+
+
 def test_factored_layers_really_are_not_computed_as_a_dense_matrix(quantized):
     """The low-rank term is ``(x R^T) L^T``: it differs (in rounding) from the dense product somewhere, which is
     the evidence that the reference does not fold ``L R`` into a dense weight first."""

@@ -177,12 +177,18 @@ def _nibbles(codes: np.ndarray) -> np.ndarray:
     return (codes[:, :16] | (codes[:, 16:] << 4)).astype(np.uint8)
 
 
-def encode_layer(name: str, meta: dict, tensors: dict[str, torch.Tensor], qtype: str,
-                 n_head: int | None = None) -> tuple[np.ndarray, dict]:
-    """The layer as ggml blocks: uint8 ``[out, in / 32 * type_size]`` (rows permuted for rotary when ``n_head``),
-    and per-layer facts: ``m16``/``m_exact`` for Q4_1."""
+def unpacked_codes(name: str, meta: dict, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The layer's uint8 codes ``[out, in]`` (checked against the manifest first)."""
     out, n_in = _check_tensors(name, meta, tensors)
-    codes = fmt.unpack_codes(tensors["codes"], int(meta["bits"]), (out, n_in)).numpy()
+    return fmt.unpack_codes(tensors["codes"], int(meta["bits"]), (out, n_in))
+
+
+def encode_layer(name: str, meta: dict, tensors: dict[str, torch.Tensor], qtype: str,
+                 n_head: int | None = None, codes: torch.Tensor | None = None) -> tuple[np.ndarray, dict]:
+    """The layer as ggml blocks: uint8 ``[out, in / 32 * type_size]`` (rows permuted for rotary when ``n_head``),
+    and per-layer facts: ``m16``/``m_exact`` for Q4_1. ``codes``: :func:`unpacked_codes`, if already at hand."""
+    out, n_in = _check_tensors(name, meta, tensors)
+    codes = (unpacked_codes(name, meta, tensors) if codes is None else codes).numpy()
     scale = tensors["scale"].numpy()
     zero = tensors["zero"].numpy()
     if n_head:
@@ -211,7 +217,7 @@ def encode_layer(name: str, meta: dict, tensors: dict[str, torch.Tensor], qtype:
 
 
 def verify_layer(name: str, meta: dict, tensors: dict[str, torch.Tensor], qtype: str, blocks: np.ndarray,
-                 facts: dict, n_head: int | None = None) -> LayerResult:
+                 facts: dict, n_head: int | None = None, codes: torch.Tensor | None = None) -> LayerResult:
     """Dequantize ``blocks`` with ``gguf.quants`` and compare with bitforge's decoding of the layer (rows permuted
     the same way): equal for Q4_0/Q8_0, within the float16 rounding of ``m`` for Q4_1 (module docstring)."""
     gguf = _gguf()
@@ -220,7 +226,7 @@ def verify_layer(name: str, meta: dict, tensors: dict[str, torch.Tensor], qtype:
     t = getattr(gguf.GGMLQuantizationType, qtype)
     out, n_in = (int(x) for x in meta["shape"])
     got = dequantize(blocks, t).astype(np.float32).reshape(out, n_in)
-    codes = fmt.unpack_codes(tensors["codes"], int(meta["bits"]), (out, n_in))
+    codes = unpacked_codes(name, meta, tensors) if codes is None else codes
     ref = fmt.dequantize(codes, tensors["scale"], tensors["zero"], BLOCK).numpy()
     if n_head:
         ref = permute_rotary(ref, n_head)
@@ -491,8 +497,9 @@ def export_gguf(checkpoint: Path | str, out: Path | str, force: bool = False, ex
             raise GGUFExportError(f"layer {p.name}: shape {meta['shape']} in the manifest, "
                                   f"{list(base.shapes[p.gguf_name])} in the base model")
         heads = base.n_head if ".attn_q." in p.gguf_name else base.n_head_kv if ".attn_k." in p.gguf_name else None
-        blocks, facts = encode_layer(p.name, meta, t, p.qtype, heads)
-        res = verify_layer(p.name, meta, t, p.qtype, blocks, facts, heads)
+        codes = unpacked_codes(p.name, meta, t)
+        blocks, facts = encode_layer(p.name, meta, t, p.qtype, heads, codes)
+        res = verify_layer(p.name, meta, t, p.qtype, blocks, facts, heads, codes)
         if exact and res.inexact_m_blocks:
             raise GGUFExportError(f"layer {p.name}: {res.inexact_m_blocks} of {res.blocks} Q4_1 blocks have an "
                                   "offset m = zero * scale that float16 cannot hold exactly (largest weight change "

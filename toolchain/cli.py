@@ -786,6 +786,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_commands(sub, fmt)
     from .compress.commands import add_commands as add_compress_commands
     add_compress_commands(sub, fmt)
+    from .compress.generate_command import add_generate_command
+    add_generate_command(sub, fmt)
     from .learn.commands import add_commands as add_learn_commands
     add_learn_commands(sub, fmt)
     return p

@@ -27,11 +27,16 @@ Unchanged tensors (embeddings, norms, ``lm_head``, linears the checkpoint left a
 they are copied with the base file's own encoding, byte for byte (bitforge's model is their dequantization, so this
 is exact and keeps SmolLM2's Q8_0 embedding at 8.5 bits); from a Hugging Face folder they go in as F32 (exact).
 Metadata: from a GGUF base every key is copied (architecture, hyper-parameters, tokenizer, chat template) except
-``general.file_type``; from a folder the Llama keys are written from ``config.json`` and the tokenizer from a
-byte-level BPE ``tokenizer.json``. ``attn_q``/``attn_k`` get llama.cpp's per-head rotary permutation (the inverse
-of :func:`bitforge.toolchain.compress.model_io.unpermute_rotary`); permuting rows moves each row's codes, scale and
+``general.file_type`` and the quantization version (written anew); from a folder the Llama keys are written from
+``config.json`` and the tokenizer from a byte-level BPE ``tokenizer.json`` with GPT-2's pre-tokenizer (llama.cpp's
+``gpt-2``; another pre-tokenizer is refused, since llama.cpp would split text differently). ``attn_q``/``attn_k``
+get llama.cpp's per-head rotary permutation (the inverse of
+:func:`bitforge.toolchain.compress.model_io.unpermute_rotary`); permuting rows moves each row's codes, scale and
 zero together, so it changes no value. The file carries ``bitforge.export.*`` keys, which is how a later export
 knows the file at ``-o`` is one it may replace.
+
+Checked with llama.cpp itself (llama-cpp-python 0.3.36, not a dependency; the test that uses it is skipped where it
+is not installed): the files load, tokenize as bitforge does and give its logits up to llama.cpp's 8-bit activations.
 """
 from __future__ import annotations
 
@@ -323,6 +328,13 @@ def _hf_tokenizer_meta(folder: Path, n_vocab: int):
         raise GGUFExportError(f"{path}: a {model.get('type')} tokenizer (decoder "
                               f"{(tj.get('decoder') or {}).get('type')}); GGUF export from a folder supports "
                               "byte-level BPE tokenizers (llama.cpp's gpt2 model) only")
+    pre = tj.get("pre_tokenizer") or {}
+    if not (pre.get("type") == "ByteLevel" and pre.get("use_regex", True) and not pre.get("add_prefix_space")
+            and not tj.get("normalizer")):
+        raise GGUFExportError(f"{path}: pre-tokenizer {json.dumps(pre)[:200]} (normalizer {tj.get('normalizer')}); "
+                              "GGUF export from a folder names only GPT-2's (ByteLevel with its regex, no prefix "
+                              "space, no normalizer), which llama.cpp calls 'gpt-2'; llama.cpp would split the text "
+                              "differently for any other. Export from a GGUF base instead, whose tokenizer is copied")
     vocab = dict(model["vocab"])
     special = set()
     for a in tj.get("added_tokens") or []:
@@ -340,7 +352,7 @@ def _hf_tokenizer_meta(folder: Path, n_vocab: int):
 
     def write(w):
         w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre("default")
+        w.add_tokenizer_pre("gpt-2")
         w.add_token_list(tokens)
         w.add_token_types(types)
         special_vocab.add_to_gguf(w, quiet=True)

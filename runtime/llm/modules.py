@@ -2,7 +2,7 @@
 
 Each module holds one layer's stored tensors as buffers (the checkpoint's own dtypes: uint8 codes, float16
 scales, ...) and its manifest entry. Its forward is the sum of the layer's parts (:func:`.reference.split_layer`:
-the base layout, plus the ``lowrank-v1`` term for SRR/QERA), each looked up in :data:`KERNELS` by
+the base layout, plus the ``lowrank-v1`` term for SRR/QERA), each looked up in :data:`.kernels.KERNELS` by
 ``(format, device type)``. The reference path is registered for ``"cpu"`` and is the fallback for every device
 (its torch ops run anywhere), so a kernel module plugs in with ``register_kernel("uniform-v1", "cuda")(fn)``
 without touching this file; its ``fn(x, tensors, meta)`` has the reference's signature and must return float32.
@@ -13,43 +13,21 @@ without touching this file; its ``fn(x, tensors, meta)`` has the reference's sig
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from bitforge.runtime.llm import reference
+from bitforge.runtime.llm.kernels import KERNELS, Kernel, find_kernel, register_kernel  # noqa: F401 - re-exported
 from bitforge.toolchain.errors import BitforgeError
 
-Kernel = Callable[[torch.Tensor, dict[str, torch.Tensor], dict], torch.Tensor]
-#: (format, device type) -> forward; the reference path is ("<format>", "cpu") and the fallback for any device
-KERNELS: dict[tuple[str, str], Kernel] = {(fmt, "cpu"): fn for fmt, fn in reference.FORWARDS.items()}
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 DEVICES = ("cpu", "cuda")
 
 
 class UnsupportedDevice(BitforgeError):
     """The device or dtype asked for cannot run the packed modules here."""
-
-
-def register_kernel(fmt: str, device_type: str) -> Callable[[Kernel], Kernel]:
-    """Decorator: ``fn(x, tensors, meta) -> float32 y`` computes the ``fmt`` part of a layer on ``device_type``."""
-    def wrap(fn: Kernel) -> Kernel:
-        if (fmt, device_type) in KERNELS and device_type != "cpu":
-            raise RuntimeError(f"kernel for {fmt!r} on {device_type!r} registered twice")
-        KERNELS[(fmt, device_type)] = fn
-        return fn
-    return wrap
-
-
-def find_kernel(fmt: str, device_type: str) -> Kernel:
-    """The kernel for ``fmt`` on ``device_type``, else the reference path."""
-    fn = KERNELS.get((fmt, device_type)) or KERNELS.get((fmt, "cpu"))
-    if fn is None:
-        raise reference.PackedLayerError(f"no forward for format {fmt!r}; known: "
-                                         f"{', '.join(sorted({f for f, _ in KERNELS}))}")
-    return fn
 
 
 def _buffer_name(tensor_name: str) -> str:
@@ -171,6 +149,9 @@ def load_quantized(checkpoint_dir: str | Path, device: str = "cpu", dtype: torch
 
     path = Path(checkpoint_dir)
     dev = check_device(device, dtype)
+    if dev.type == "cuda":  # the Triton kernels (bitforge[gpu]) take over the layouts they cover
+        from .cuda_kernels import register
+        register()
     manifest = read_manifest(path)
     layers = read_layer_tensors(path, manifest)
     for name, meta in manifest["layers"].items():   # before the minute-long model load

@@ -1,0 +1,90 @@
+"""The packed modules' CUDA path (runtime/llm/cuda_kernels.py): a layer's stored tensors and manifest entry, handed
+to the Triton kernels by the adapters, give the reference path's ``x W^T`` (run here by Triton's interpreter on CPU
+tensors; on a GPU machine ``TRITON_INTERPRET=0`` runs them compiled).
+
+Tolerance: both sides sum K float32 products in different orders, so each lies within gamma_K |x| |W|^T of the exact
+sum (Higham, eq. 3.5, gamma_K ~ K u, u = 2^-24) and they differ by at most twice that.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from bitforge.runtime.formats import nvfp4, uniform
+from bitforge.runtime.llm import reference
+from bitforge.runtime.llm.kernels import KERNELS
+from bitforge.runtime.llm.modules import QuantizedLinear
+
+ck = pytest.importorskip("bitforge.runtime.llm.cuda_kernels")
+DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET", "0") != "0" else "cuda"
+U = 2.0 ** -24
+
+
+def _within(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, y_ref: torch.Tensor) -> bool:
+    bound = 2 * x.shape[1] * U * (x.abs().float() @ w.abs().T.float()) + 1e-30
+    return bool(((y.cpu() - y_ref.cpu()).abs() <= bound.cpu()).all())
+
+
+def _uniform_layer(n: int, k: int, bits: int, group, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    codes = torch.randint(0, 1 << bits, (n, k), generator=gen, dtype=torch.uint8)
+    g = 1 if group is None else k // group
+    scale = (torch.rand(n, g, generator=gen) * 0.1 + 0.01).to(torch.float16)
+    zero = (-torch.rand(n, g, generator=gen) * (1 << bits)).to(torch.float16)
+    tensors = {"codes": uniform.pack_codes(codes, bits), "scale": scale, "zero": zero}
+    meta = {"method": "rtn", "packing": "uniform-v1", "bits": bits, "group": group, "shape": [n, k]}
+    return tensors, meta, uniform.dequantize(codes, scale, zero, group)
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+@pytest.mark.parametrize("bits,group", [(4, 32), (3, 64), (2, None), (8, 32)])
+def test_uniform_adapter_equals_the_reference_path(rows, bits, group):
+    tensors, meta, w = _uniform_layer(24, 128, bits, group)
+    x = torch.randn(rows, 128, generator=torch.Generator().manual_seed(1))
+    y = ck.uniform_kernel(x.to(DEVICE), {k: v.to(DEVICE) for k, v in tensors.items()}, meta)
+    assert y.dtype == torch.float32 and y.shape == (rows, 24)
+    assert _within(y, x, w, reference.forward(x, tensors, meta))
+
+
+@pytest.mark.parametrize("variant", ["tensor", "block128"])
+def test_nvfp4_adapter_equals_the_reference_path(variant):
+    gen = torch.Generator().manual_seed(2)
+    q = nvfp4.quantize(torch.randn(16, 256, generator=gen), variant)
+    tensors = {"codes": q.codes, "block_scales": q.block_scales, "global_scales": q.global_scales}
+    meta = {"method": "nvfp4", "packing": "nvfp4-v1", "variant": variant, "shape": [16, 256]}
+    x = torch.randn(3, 256, generator=gen)
+    y = ck.nvfp4_kernel(x.to(DEVICE), {k: v.to(DEVICE) for k, v in tensors.items()}, meta)
+    assert _within(y, x, nvfp4.dequantize(q), reference.forward(x, tensors, meta))
+
+
+def test_a_quantized_linear_dispatches_to_the_registered_kernel(monkeypatch):
+    """What ``register()`` does for "cuda", done here for the interpreter's device: the module's forward goes through
+    the registry to the kernel (a call counter proves it), with the reference's result."""
+    tensors, meta, w = _uniform_layer(8, 64, 4, 32, seed=3)
+    calls = []
+
+    def counted(x, t, m):
+        calls.append(x.shape)
+        return ck.uniform_kernel(x, t, m)
+
+    monkeypatch.setitem(KERNELS, ("uniform-v1", DEVICE), counted)
+    layer = QuantizedLinear("blk.fc", {k: v.to(DEVICE) for k, v in tensors.items()}, meta).to(DEVICE)
+    x = torch.randn(2, 4, 64, generator=torch.Generator().manual_seed(4))
+    y = layer(x.to(DEVICE))
+    assert calls == [(8, 64)] and y.shape == (2, 4, 8)
+    assert _within(y.reshape(8, 8), x.reshape(8, 64), w, reference.forward(x.reshape(8, 64), tensors, meta))
+
+
+def test_register_is_for_cuda_and_idempotent():
+    before = dict(KERNELS)
+    try:
+        ck.register()
+        ck.register()  # a second call finds its own kernels and leaves them (register_kernel refuses another one)
+        assert KERNELS[("uniform-v1", "cuda")] is ck.uniform_kernel
+        assert KERNELS[("nvfp4-v1", "cuda")] is ck.nvfp4_kernel
+        assert ("binary-lowrank-v1", "cuda") not in KERNELS  # the reference path serves it on the GPU
+    finally:
+        KERNELS.clear()
+        KERNELS.update(before)

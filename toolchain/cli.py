@@ -788,6 +788,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_compress_commands(sub, fmt)
     from .compress.generate_command import add_generate_command
     add_generate_command(sub, fmt)
+    from .compress.export_command import add_export_command
+    add_export_command(sub, fmt)
     from .learn.commands import add_commands as add_learn_commands
     add_learn_commands(sub, fmt)
     return p

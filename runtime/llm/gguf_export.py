@@ -52,6 +52,7 @@ import torch
 
 from ...runtime.formats import uniform as fmt
 from ...toolchain.errors import BitforgeError, OutputError, VerificationFailed
+from .modules import base_source  # the checkpoint's base model, as load_quantized finds it
 
 BLOCK = 32
 EXPORT_KEY = "bitforge.export.format"
@@ -257,20 +258,6 @@ def verify_layer(name: str, meta: dict, tensors: dict[str, torch.Tensor], qtype:
 
 
 # -- the base model ------------------------------------------------------------------------------------------
-
-def base_source(manifest: dict, ckpt: Path):
-    """The checkpoint's base model as :func:`model_io.resolve_model` finds it (the ``smollm2`` alias, else the
-    recorded path), refused if a recorded file size changed."""
-    from ...toolchain.compress.model_io import resolve_model
-
-    rec = manifest.get("model", {})
-    spec = rec.get("spec", "")
-    source = resolve_model(spec if spec == "smollm2" else rec.get("path", spec))
-    if rec.get("size") is not None and source.path.is_file() and source.path.stat().st_size != rec["size"]:
-        raise GGUFExportError(f"{ckpt}: made from {rec.get('path')} of {rec['size']:,} bytes, but {source.path} "
-                              f"now has {source.path.stat().st_size:,}; the base model changed")
-    return source
-
 
 @dataclass
 class _Base:

@@ -248,6 +248,12 @@ CASES = {
                                             setup=write("c.yml", "Model: {Precision: 'ap_fixed<16,6>'}\n")),
     "compile hls float model": bad("compile m.onnx -o {out} --to hls", "--precision SPEC or --hls-config",
                                    setup=onnx_file(ONNX)),
+    # -- export --format gguf: a compressed checkpoint for llama.cpp ----------------------------------------------
+    "export no checkpoint": bad("export nowhere --format gguf -o m.gguf", "nowhere", "manifest.json"),
+    "export unknown format": bad("export ck --format onnx -o m.gguf", "argument --format", "invalid choice"),
+    "export without output": bad("export ck --format gguf", "the following arguments are required: -o"),
+    "export manifest not json": bad("export ck --format gguf -o m.gguf", "ck/manifest.json",
+                                    setup=write("ck/manifest.json", "{")),
     "compile range reversed": bad("compile jet-mlp -o {out} --input-range=2,1", "argument --input-range", "LO < HI"),
     "compile range words": bad("compile jet-mlp -o {out} --input-range=a,b", "argument --input-range"),
     "compile range one number": bad("compile jet-mlp -o {out} --input-range=1", "argument --input-range"),

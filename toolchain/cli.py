@@ -261,6 +261,17 @@ def cmd_bench_hls(args: argparse.Namespace) -> int:
     return 1 if any(r.status == "mismatch" for r in rows) else 0
 
 
+def cmd_bench_gpu(args: argparse.Namespace) -> int:
+    from .bench.gpu import options_from_args, run_bench, table, write_json
+
+    res = run_bench(options_from_args(args), progress=progress)
+    table_console(140).print(table(res))
+    if args.json:
+        write_json(res, Path(args.json), "bitforge " + shlex.join(sys.argv[1:]))
+        result(f"wrote {args.json}")
+    return 0
+
+
 def cmd_bench_rtl(args: argparse.Namespace) -> int:
     from .bench.rtl import options_from_args, run_bench, table, write_json
 
@@ -805,6 +816,7 @@ def _add_bench_commands(sub, fmt) -> None:
                            bitforge bench emulate --json bench-emulate.json
                            bitforge bench rtl --designs jet-mlp-layer1 --json bench-rtl.json
                            bitforge bench hls --json bench-hls.json
+                           bitforge bench gpu --json bench-gpu.json   # a CUDA GPU
                            bitforge bench compress --quick --json bench-compress.json
                            bitforge bench neuqi --neuqi-configs 'default;exact_top=3' --json bench-neuqi.json
                            bitforge bench online --online-parts accuracy,t5   # no hardware flows
@@ -847,6 +859,16 @@ def _add_bench_commands(sub, fmt) -> None:
         "model's on the same inputs in the same run (as a ratio), and every output compared code for code (exit 1 "
         "on a mismatch). No vendor tool runs.",
         "bitforge bench hls --json bench-hls.json\nbitforge bench hls --designs jet-mlp --batch 1000 --repeats 1"))
+
+    from .bench.gpu import add_arguments as add_gpu_arguments
+    add_gpu_arguments(suite(
+        "gpu", cmd_bench_gpu, "LLM runtime kernels on a CUDA GPU: GB/s vs peak, vs bf16",
+        "The LLM runtime's Triton kernels (uniform W4/W2/W8, W4 + low-rank, binary low-rank, NVFP4) on random "
+        "packed weights: achieved bandwidth in GB/s and as a fraction of the device's peak (read from the device), "
+        "against torch's bf16 matmul in the same run, and tokens/s end to end through the packed modules "
+        "(docs/llm-runtime.md). Needs a CUDA GPU (exit 2 without one).",
+        "bitforge bench gpu --json bench-gpu.json\nbitforge bench gpu --quick --no-e2e\n"
+        "bitforge bench gpu --model /models/Llama-3.2-1B --json bench-gpu.json"))
 
     from .compress.commands import add_bench_arguments, add_neuqi_bench_arguments
     add_bench_arguments(suite(

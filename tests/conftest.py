@@ -1,5 +1,14 @@
-"""Shared fixtures: small hand-built IR graphs that exercise every node type."""
+"""Shared fixtures: small hand-built IR graphs that exercise every node type.
+
+Also: the Triton kernel tests (tests/llm) run in Triton's interpreter unless the caller chose otherwise.
+``TRITON_INTERPRET`` must be set before Triton is imported (``triton.jit`` reads it when a kernel is defined), and
+this conftest is imported before any test module, in each pytest-xdist worker too. On a GPU machine
+``TRITON_INTERPRET=0 pytest tests/llm`` runs the same tests on the compiled kernels. (A conftest.py in tests/llm
+would shadow this one for the modules that ``from conftest import ...``.)
+"""
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -7,6 +16,8 @@ import pytest
 from bitforge.toolchain import ir
 from bitforge.toolchain.bspline import index_params
 from bitforge.toolchain.fixed import FixedType, parse_type, quantize
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def small_graph(seed: int = 0, act: str = "fixed<16,6,RND_CONV,SAT>", wt: str = "fixed<8,2,RND_CONV,SAT>") -> ir.Graph:

@@ -1,6 +1,6 @@
 """The uniform-v1 Triton kernels (GEMV split-K, tiled GEMM) against a plain torch dequantize + matmul.
 
-Runs in Triton's interpreter (tests/llm/conftest.py) on tiny shapes whose N, K and M do not fill the blocks, so
+Runs in Triton's interpreter (TRITON_INTERPRET, set in tests/conftest.py) on tiny shapes whose N, K and M do not fill the blocks, so
 every mask is exercised. Two kinds of check:
 
 - bit-exact: the kernels' weight decoding (``uniform_dequantize``) equals the formats module's code for code,

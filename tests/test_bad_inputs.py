@@ -479,6 +479,9 @@ CASES = {
     "bench emulate missing model": bad("bench emulate --model nope.onnx --batch 10", "nope.onnx"),
     "bench no suite": bad("bench", "SUITE"),
     "bench unknown suite": bad("bench fpga", "fpga"),
+    # no CUDA GPU here (nor on CI): the suite refuses at once, naming the interpreter tests that run anyway
+    "bench gpu without a GPU": bad("bench gpu --no-e2e --json b.json", "needs a CUDA GPU",
+                                   "TRITON_INTERPRET=1 pytest tests/llm"),
     # -- bench rtl --------------------------------------------------------------------------------------------------
     "bench rtl unknown design": bad("bench rtl --designs foo", "--designs", "foo"),
     "bench rtl unknown target": bad("bench rtl --targets foo", "'foo'"),

@@ -264,10 +264,12 @@ def cmd_bench_hls(args: argparse.Namespace) -> int:
 def cmd_bench_gpu(args: argparse.Namespace) -> int:
     from .bench.gpu import options_from_args, run_bench, table, write_json
 
-    res = run_bench(options_from_args(args), progress=progress)
+    command = "bitforge " + shlex.join(sys.argv[1:])
+    res = run_bench(options_from_args(args), progress=progress, partial_json=args.json and Path(args.json),
+                    command=command)
     table_console(140).print(table(res))
     if args.json:
-        write_json(res, Path(args.json), "bitforge " + shlex.join(sys.argv[1:]))
+        write_json(res, Path(args.json), command)
         result(f"wrote {args.json}")
     return 0
 

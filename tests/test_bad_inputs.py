@@ -709,30 +709,6 @@ def test_bad_learn_to_hls_is_one_message_and_writes_nothing(name, tmp_path, monk
 
 # -- bitforge generate (issue 20): its own block; wires the command in itself while cli.py may not yet -----------
 
-def _main_with_generate(argv: list[str], capsys, monkeypatch) -> tuple[int, str, str]:
-    import argparse
-
-    from bitforge.toolchain import cli
-    from bitforge.toolchain.compress.generate_command import add_generate_command
-
-    build = cli.build_parser
-
-    def with_generate():
-        p = build()
-        sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
-        if "generate" not in sub.choices:
-            add_generate_command(sub, p.formatter_class)
-        return p
-
-    monkeypatch.setattr(cli, "build_parser", with_generate)
-    try:
-        code = cli.main(argv)
-    except SystemExit as e:  # argparse
-        code = e.code
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
-
-
 FAKE_CKPT = write("ck/manifest.json", "{}")   # enough for the folder check: the device is refused before reading it
 GENERATE_CASES = {
     "generate no such checkpoint": bad("generate nowhere --prompt hi", "nowhere: not a bitforge checkpoint folder",
@@ -763,7 +739,7 @@ def test_bad_generate_is_one_message_and_writes_nothing(name, tmp_path, monkeypa
     if case.setup:
         case.setup(tmp_path)
     before = snapshot(tmp_path)
-    code, out, err = _main_with_generate(shlex.split(case.argv), capsys, monkeypatch)
+    code, out, err = run(shlex.split(case.argv), capsys)
     text = " ".join(err.split())
     assert code == 2 and "Traceback" not in out + err and err.count("error:") == 1, err
     for needle in case.says:

@@ -3,7 +3,6 @@ deterministic, equals step-by-step argmax of full (uncached) forwards and the de
 in pieces that add up to the result; sampling is reproducible per seed. One slow test runs the real SmolLM2."""
 from __future__ import annotations
 
-import argparse
 
 import pytest
 import torch
@@ -14,26 +13,14 @@ from bitforge.runtime.llm.modules import QuantizedLinear, load_quantized
 from bitforge.toolchain import cli
 from bitforge.toolchain.compress import methods  # noqa: F401  (registers the checkpoint decoders)
 from bitforge.toolchain.compress.checkpoint import apply_checkpoint, load_checkpoint
-from bitforge.toolchain.compress.generate_command import add_generate_command
 from bitforge.toolchain.errors import BitforgeError
 
 
 def cli_main(argv, capsys, monkeypatch):
-    """The real ``bitforge`` entry (its error handling included), with ``generate`` added if cli.py does not
-    register it yet."""
-    build = cli.build_parser
-
-    def with_generate():
-        p = build()
-        sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
-        if "generate" not in sub.choices:
-            add_generate_command(sub, p.formatter_class)
-        return p
-
-    monkeypatch.setattr(cli, "build_parser", with_generate)
+    """The real ``bitforge`` entry, its error handling included: (exit code, stdout, stderr)."""
     try:
         code = cli.main([str(a) for a in argv])
-    except SystemExit as e:
+    except SystemExit as e:  # argparse
         code = e.code
     cap = capsys.readouterr()
     return code, cap.out, cap.err

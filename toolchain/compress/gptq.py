@@ -27,9 +27,11 @@ from .uniform import (
     UniformQuantized,
     check_bits,
     check_weight,
-    rtn_params,
     round_codes,
+    rtn_params,
     store_params,
+    symmetric_option,
+    symmetric_params,
 )
 
 
@@ -42,6 +44,8 @@ class GPTQConfig:
     block: int = 128
     init: str = "rtn"
     neuqi: NeuqiConfig = field(default_factory=NeuqiConfig)
+    #: min-max grids made symmetric (``uniform.symmetric_params``; init "rtn" only): exports to GGUF Q4_0/Q8_0
+    symmetric: bool = False
 
     def __post_init__(self) -> None:
         if self.init not in ("rtn", "neuqi"):
@@ -73,6 +77,8 @@ def _group_params(Wg: torch.Tensor, h: torch.Tensor, bits: int, cfg: GPTQConfig)
     """Float16 (scale, zero) ``[out, 1]`` of one group's current weights."""
     if cfg.init == "neuqi":
         s, z = neuqi_params(Wg, h, bits, None, cfg.neuqi)
+    elif cfg.symmetric:
+        s, z = symmetric_params(Wg, bits, None)
     else:
         s, z = rtn_params(Wg, bits, None)
     return store_params(s, z)
@@ -130,9 +136,9 @@ def gptq_quantize(W: torch.Tensor, stats: LayerStats, bits: int, group: int | No
 
 def _config(cfg: CompressConfig, init: str) -> GPTQConfig:
     opts, method = cfg.options, "gptq" if init == "rtn" else "neuqi+gptq"
-    api.check_options(opts, method, ("damp", "block") + (NEUQI_OPTIONS if init == "neuqi" else ()))
+    api.check_options(opts, method, ("damp", "block") + (NEUQI_OPTIONS if init == "neuqi" else ("symmetric",)))
     return GPTQConfig(damp=float(opts.get("damp", 0.01)), block=int(opts.get("block", 128)), init=init,
-                      neuqi=NeuqiConfig.from_options(opts, method))
+                      neuqi=NeuqiConfig.from_options(opts, method), symmetric=symmetric_option(opts, method))
 
 
 @register("gptq")

@@ -78,6 +78,20 @@ def rtn_params(W: torch.Tensor, bits: int, group: int | None) -> tuple[torch.Ten
     return scale, torch.round(lo / scale)
 
 
+def symmetric_params(W: torch.Tensor, bits: int, group: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """A symmetric grid, ``s = max|w| / (2^(b-1) - 1)`` and ``z = -2^(b-1)``: ``w = s (q - 2^(b-1))``, code 0 unused.
+
+    Why offer it: it is the grid llama.cpp's symmetric blocks hold exactly (``--option symmetric=true`` at 8 bits
+    gives Q8_0's ``d = max|w| / 127``; at 4 bits a zero of -8 is Q4_0's ``d (q - 8)``), so such a checkpoint exports
+    to GGUF without the float16 offset of Q4_1 or the refusal of an asymmetric 8-bit layer (docs/llm-runtime.md).
+    It spends one code and fits asymmetric groups worse than :func:`rtn_params` (measure before preferring it)."""
+    Wg = grouped(W.to(torch.float32), group)
+    half = float(1 << (bits - 1))
+    absmax = Wg.abs().amax(-1)
+    scale = torch.maximum(absmax / max(half - 1.0, 1.0), safe_scale_floor(absmax))
+    return scale, torch.full_like(scale, -half)
+
+
 def safe_scale_floor(absmax: torch.Tensor) -> torch.Tensor:
     """A constant group has zero range; flooring its scale at ``absmax * 2^-12`` keeps ``z = w/s`` a power of two
     small enough for float16 (so the group still decodes exactly) and keeps the scale a positive float16."""
@@ -172,8 +186,22 @@ def quantize_uniform(W: torch.Tensor, bits: int, group: int | None, scale: torch
 def rtn(W: torch.Tensor, stats: LayerStats, cfg: CompressConfig) -> CompressedLayer:
     """Round to nearest on the min-max grid with 0 on it (:func:`rtn_params`): the baseline every other uniform
     method must beat."""
-    check_options(cfg.options, "rtn")
-    return quantize_uniform(W, cfg.bits, cfg.group, layer=stats.name, method="rtn").to_layer("rtn")
+    check_options(cfg.options, "rtn", ("symmetric",))
+    if not symmetric_option(cfg.options, "rtn"):
+        return quantize_uniform(W, cfg.bits, cfg.group, layer=stats.name, method="rtn").to_layer("rtn")
+    check_weight(W, stats.name)
+    check_bits(cfg.bits, "rtn")
+    check_group(W, cfg.group, stats.name)
+    scale, zero = symmetric_params(W, cfg.bits, cfg.group)
+    return quantize_uniform(W, cfg.bits, cfg.group, scale, zero, layer=stats.name, method="rtn").to_layer("rtn")
+
+
+def symmetric_option(options: dict, method: str) -> bool:
+    """``--option symmetric=true|false`` (default false): :func:`symmetric_params`' grid instead of RTN's."""
+    v = options.get("symmetric", False)
+    if not isinstance(v, bool):
+        raise BitforgeError(f"{method}: --option symmetric={v!r}: expected true or false")
+    return v
 
 
 rtn.uses_calibration = False  # the driver skips the calibration forward passes for it

@@ -1,14 +1,14 @@
 """A stand-in for ``runners.run_point`` in the executor and driver tests: rows computed from the params alone.
 
 Top-level and picklable, so it runs in pool workers and Ray tasks like the real runner. Params it reads (all
-optional): ``a``, ``b`` (numbers: the metrics are functions of them), ``fits`` (False: "does-not-fit" at
+optional): ``a``, ``b``, ``c`` (numbers: the metrics are functions of them, :func:`metric_value`), ``fits`` (False: "does-not-fit" at
 synthesis), ``fail`` (True: a failed row), ``raise`` (True: the runner raises), ``interrupt`` (True: it raises
 KeyboardInterrupt, as Ctrl-C would), ``sleep`` (seconds), ``mem_mb`` (touches that many MiB in this process),
 ``child_mem_mb`` (starts a child Python that touches that many MiB: a tool), ``die`` (the process kills itself
 with SIGKILL). ``spec.base`` may hold ``interrupt_at`` / ``fail_at`` (point indices): outside the params, so a
-rerun with them removed keeps the points' keys (the tests give the spec's digest themselves). ``spec.base["calls"]``, when set,
-names a file that gets one line ``INDEX UPTO`` per call (O_APPEND: safe from several processes), so a test can
-see which points ran.
+rerun with them removed keeps the points' keys (the tests give the spec's digest themselves).
+``spec.base["calls"]``, when set, names a file that gets one line ``INDEX UPTO`` per call (O_APPEND: safe from
+several processes), so a test can see which points ran.
 """
 from __future__ import annotations
 
@@ -23,9 +23,12 @@ from bitforge.toolchain.sweep.model import METRICS, Row, point_key, stage_index
 TOUCH = "import sys; b = bytearray(int(sys.argv[1]) << 20); b[::4096] = b'1' * len(b[::4096]); print(len(b))"
 
 
-def metric_value(name: str, a: float, b: float):
-    """A deterministic value per metric: error falls with ``a``, resources grow with ``a`` and fall with ``b``."""
-    return {"error": round(1.0 / (1 + a) + 0.01 * b, 6), "lut": int(100 * a + 10 * (5 - b)), "ff": int(50 * a),
+def metric_value(name: str, a: float, b: float, c: float = 0):
+    """A deterministic value per metric: error falls with ``a``, LUTs grow with ``a`` and fall with ``b`` (so
+    neither dominates), and ``c`` makes everything known after synthesis worse (a point with c > 0 is dominated
+    by the same point with c = 0)."""
+    return {"error": round(1.0 / (1 + a) + 0.01 * b + 0.1 * c, 6), "lut": int(100 * a + 10 * (5 - b) + 10 * c),
+            "ff": int(50 * a + c),
             "dsp": int(b), "fmax_mhz": round(50.0 + 3 * b - a, 3), "latency_ns": round(10.0 * a + 2 * b, 3),
             "accuracy": round(1 - 1.0 / (1 + a), 6)}.get(name, float(a + b))
 
@@ -69,13 +72,13 @@ def run_point(spec, point, folder: str, upto: str) -> Row:
                        reason=f"tool exited with {r.returncode}", folder=f"points/{key}",
                        seconds=time.monotonic() - t0)
     del block
-    a, b = float(p.get("a", 1)), float(p.get("b", 0))
+    a, b, c = float(p.get("a", 1)), float(p.get("b", 0)), float(p.get("c", 0))
     status, reason, stage = "ok", "", upto
     if p.get("fail") or point.index in spec.base.get("fail_at", ()):
         status, reason, stage = "failed", "fake failure asked by the point", "golden"
     elif p.get("fits") is False and stage_index(upto) >= stage_index("synth"):
         status, reason, stage = "does-not-fit", "fake: 9999 LUT > 5280 LUT", "synth"
-    metrics = {m: (metric_value(m, a, b) if status != "failed" and stage_index(METRICS[m].stage) <= stage_index(stage)
+    metrics = {m: (metric_value(m, a, b, c) if status != "failed" and stage_index(METRICS[m].stage) <= stage_index(stage)
                    else None) for m in spec.metrics}
     out = Path(folder)
     (out / "report.json").write_text(f'{{"upto": "{upto}", "a": {a}, "b": {b}}}\n')

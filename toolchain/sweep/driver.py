@@ -1,10 +1,10 @@
 """Run a sweep: schedule its points on an executor, keep every finished row on disk, skip what is already known.
 
 * **OUT** is a folder bitforge writes in place, point by point (not replaced whole like a compile's output: an
-  interrupted sweep keeps its rows). It carries ``.bitforge.json`` (command "sweep"); a folder without it is
-  refused by :func:`bitforge.toolchain.outputs.check_output`'s rules (``force`` empties it first; protected folders
-  and a folder holding the spec are refused whatever ``force`` says); another bitforge command's output is
-  replaced, as every command replaces an earlier bitforge output.
+  interrupted sweep keeps its rows), and never deletes anything in. It carries ``.bitforge.json`` (command
+  "sweep"); a non-empty folder that is not a sweep's is refused unless ``force`` (which writes beside its files);
+  :func:`bitforge.toolchain.outputs.check_output` refuses the protected folders (``/``, home, the current folder,
+  one holding the spec) whatever ``force`` says.
 * **Cache and resume**: each point works in ``OUT/points/<key>/`` (``model.point_key``: the spec's digest and the
   point's params) and its ``row.json`` is written atomically the moment its row arrives. A rerun, an extended
   sweep (more axis values: the old points keep their keys) or a sweep interrupted half-way reuses every row that
@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, wait
 from dataclasses import dataclass, field, replace
@@ -61,26 +60,29 @@ class SweepResult:
 # -- OUT --------------------------------------------------------------------------------------------------------
 
 def prepare_out(out: Path, *, force: bool = False, inputs: Sequence = ()) -> Path:
-    """Check OUT (refuse what bitforge may not write), create it with the marker, and return its real path.
+    """Check OUT, create it with the marker, and return its real path. Nothing in it is ever deleted.
 
-    An earlier sweep's folder is kept (its points are the cache); another bitforge command's output is replaced
-    (outputs.discard: only what bitforge wrote); a foreign non-empty folder needs ``force``, which empties it."""
+    An earlier sweep's folder is kept (its points are the cache). A non-empty folder that is not a sweep's (no
+    marker, or another bitforge command's output) is refused unless ``force``, which writes the sweep beside its
+    files. The protected folders (``/``, home, the current folder, a folder holding the spec) are refused always."""
     from .. import outputs
 
-    real = outputs.check_output(out, force=force, inputs=[p for p in inputs if p])
-    marker = real / outputs.MARKER
-    if real.is_dir() and any(real.iterdir()):
+    real = outputs.check_output(out, force=True, inputs=[p for p in inputs if p])
+    if real.is_dir() and any(real.iterdir()) and not force:
+        command = None
         if outputs.is_bitforge_output(real):
             try:
-                command = json.loads(marker.read_text()).get("command")
+                command = json.loads((real / outputs.MARKER).read_text()).get("command")
             except (OSError, ValueError):
-                command = None
-            if command != _MARKER_KIND:
-                outputs.discard(real)
-        elif force:  # check_output allowed it: the user asked for the folder's files to be deleted
-            shutil.rmtree(real)
-        else:  # pragma: no cover - check_output refuses this case
-            raise OutputError(f"-o {out}: a folder bitforge did not write; choose a new folder")
+                pass
+        if command != _MARKER_KIND:
+            what = (f"the output of bitforge {command}" if command
+                    else f"a folder bitforge did not write (no {outputs.MARKER})")
+            names = sorted(os.listdir(real))
+            listed = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            raise OutputError(f"-o {out}: {what}, holding {listed}; a sweep writes its points and reports into its "
+                              "folder and keeps what is there. Choose a new folder or an earlier sweep's, or pass "
+                              "--force to write the sweep beside these files (none is deleted)")
     real.mkdir(parents=True, exist_ok=True)
     outputs.write_marker(real, _MARKER_KIND)
     (real / "points").mkdir(exist_ok=True)

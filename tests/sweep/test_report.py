@@ -9,6 +9,9 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
+import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -146,7 +149,7 @@ def test_sweep_json_round_trip(tmp_path):
     assert [a["name"] for a in doc["spec"]["axes"]] == ["datapath", "grid_size", "target"]
     assert doc["spec"]["axes"][0]["values"] == ["fixed<16,6>", "fixed<10,3>"]
     assert doc["spec"]["pareto"] == [["lut", "error"], ["lut", "fmax_mhz"]]
-    assert {k: doc["info"][k] for k in INFO} == INFO and doc["info"]["bitforge"]
+    assert {k: doc["info"][k] for k in INFO} == INFO and doc["info"]["bitforge_version"]
     assert doc["pareto"] == [{"x": x, "y": y, "keys": [r.key for r in pareto_front(rows, x, y)]}
                              for x, y in spec.pareto]
     assert [b["key"] for b in doc["best"]] == [best(rows, c).key for c in spec.constraints]
@@ -161,6 +164,37 @@ def test_png_deterministic(tmp_path):
     # ... and it depends on the rows: one point moved is another picture.
     rows[0].metrics["lut"] += 1000
     assert report.plot_png(spec, rows) != first
+
+
+def test_outputs_identical_across_processes(tmp_path):
+    """Another interpreter (another hash seed) writes the same bytes: nothing depends on set order or state."""
+    out, spec, rows, paths = write(tmp_path)
+    other = tmp_path / "other"
+    shutil.copytree(out / "points", other / "points")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path; import test_report as t; "
+            "from bitforge.toolchain.sweep import report; "
+            "report.write_outputs(Path(sys.argv[2]), t.make_spec(), t.make_rows(), t.INFO)")
+    subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent), str(other)], check=True,
+                   env={**os.environ, "PYTHONHASHSEED": "12345"})
+    for name, path in paths.items():
+        assert (other / name).read_bytes() == path.read_bytes(), name
+
+
+def test_png_redrawn_when_a_plotted_value_changes(tmp_path):
+    out, spec, rows, paths = write(tmp_path)
+    first = paths["pareto.png"].read_bytes()
+    # Not plotted (seconds, reason, a metric outside the pairs): the same picture.
+    rows[0].seconds, rows[0].reason, rows[0].metrics["latency_ns"] = 99.0, "x", 1.0
+    report.write_outputs(out, spec, rows, INFO)
+    assert paths["pareto.png"].read_bytes() == first
+    # A status (ok -> not ok leaves the fronts) or a plotted value: a new picture, the one a fresh drawing gives.
+    for change in (lambda: setattr(rows[1], "status", "timing-not-met"),
+                   lambda: rows[2].metrics.update(error=0.001)):
+        change()
+        report.write_outputs(out, spec, rows, INFO)
+        now = paths["pareto.png"].read_bytes()
+        assert now != first and now == report.plot_png(spec, rows)
+        first = now
 
 
 def test_png_has_no_software_or_date_metadata(tmp_path):

@@ -21,13 +21,13 @@ import json
 import math
 import os
 import tempfile
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import quote
 
 from ..flows.cache import write_atomic
 from ..templating import environment
+from ..version import bitforge_version
 from .model import METRICS, STATUSES, Constraint, Row, SweepSpec
 from .pareto import best, pareto_front, value
 
@@ -40,26 +40,20 @@ DPI = 100
 def write_outputs(out: Path, spec: SweepSpec, rows: list[Row], info: dict) -> dict[str, Path]:
     """Write ``sweep.json``, ``pareto.png`` and ``report.html`` into ``out`` (created if missing), each
     atomically; returns file name -> path. ``info``: what the driver knows about the run (executor, workers,
-    seconds, counts, ...; JSON values), shown in the summary and kept in sweep.json as given, plus ``bitforge``
-    (the version) when absent."""
+    seconds, counts, ...; JSON values), shown in the summary and kept in sweep.json as given, plus
+    ``bitforge_version`` when absent."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    info = {**info, "bitforge": info.get("bitforge") or _version()}
+    if not info.get("bitforge_version"):
+        info = {**info, "bitforge_version": bitforge_version()}
     fronts = [(x, y, pareto_front(rows, x, y)) for x, y in spec.pareto]
     bests = [(c, best(rows, c, _base_target(spec))) for c in spec.constraints]
-    png = plot_png(spec, rows, fronts)
+    png = _plot_once(spec, rows, fronts)
     paths = {JSON: out / JSON, PNG: out / PNG, HTML: out / HTML}
     write_atomic(paths[JSON], sweep_json(spec, rows, info, fronts, bests))
     _write_bytes_atomic(paths[PNG], png)
     write_atomic(paths[HTML], render_html(out, spec, rows, info, fronts, bests, png))
     return paths
-
-
-def _version() -> str:
-    try:
-        return version("bitforge")
-    except PackageNotFoundError:  # running from a source tree that was not installed
-        return "unknown"
 
 
 def _base_target(spec: SweepSpec) -> Optional[str]:
@@ -161,6 +155,24 @@ def plot_png(spec: SweepSpec, rows: list[Row], fronts=None) -> bytes:
         ax.set_visible(False)
     fig.tight_layout()
     return _png(fig)
+
+
+#: The last plot drawn in this process, by what it shows: the driver rewrites the outputs after every row and a few
+#: times more at the end (after the cached rows, after each phase); only a row that moves a point redraws it.
+_LAST_PLOT: dict[str, bytes] = {}
+
+
+def _plot_once(spec: SweepSpec, rows: list[Row], fronts) -> bytes:
+    """:func:`plot_png`, reusing the last drawing when everything it draws is the same: the title, the pairs, and
+    per row its index, whether it is ok and the values of the pairs' metrics (the fronts follow from those)."""
+    names = sorted({m for pair in spec.pareto for m in pair})
+    key = json.dumps([spec.name, spec.pareto, [(r.index, r.status == "ok", [value(r, m) for m in names])
+                                               for r in rows]])
+    if key not in _LAST_PLOT:
+        png = plot_png(spec, rows, fronts)
+        _LAST_PLOT.clear()
+        _LAST_PLOT[key] = png
+    return _LAST_PLOT[key]
 
 
 def _png(fig) -> bytes:
@@ -267,14 +279,14 @@ def _summary(spec: SweepSpec, rows: list[Row], info: dict) -> list[tuple[str, st
              ("stage", spec.stage), ("sampling", _sampling(spec)),
              ("axes", "; ".join(f"{a.name}: {', '.join(_text(v) for v in a.values)}" for a in spec.axes) or "(none)"),
              ("points", f"{len(rows)} rows: {', '.join(shown)}")]
-    known = {"executor": "executor", "workers": "workers", "seconds": "wall seconds", "counts": "driver counts",
-             "bitforge": "bitforge"}
+    known = {"executor": "executor", "workers": "workers", "mem_gb": "memory guard (GB per point)",
+             "seconds": "wall seconds", "counts": "driver counts", "bitforge_version": "bitforge"}
     for k, label in known.items():
-        if k in info:
-            v = info[k]
+        v = info.get(k)
+        if v is not None:
             text = ", ".join(f"{n} {_text(c)}" for n, c in v.items()) if isinstance(v, dict) else _text(v)
             items.append((label, text if k != "seconds" or not _number(v) else f"{v:.1f}"))
-    items += [(k, _text(v)) for k, v in info.items() if k not in known]
+    items += [(k, _text(v)) for k, v in info.items() if k not in known and v is not None]
     return items
 
 

@@ -805,6 +805,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_export_command(sub, fmt)
     from .learn.commands import add_commands as add_learn_commands
     add_learn_commands(sub, fmt)
+    from .sweep.command import add_commands as add_sweep_commands
+    add_sweep_commands(sub, fmt)
     return p
 
 

@@ -139,7 +139,6 @@ def test_ranges_of_whole_numbers_and_of_floats(tmp_path):
 
 
 def test_float_ranges_are_rounded_to_12_significant_digits(tmp_path):
-    pytest.importorskip("torch")  # kind llm reads its settings table from llm_search (torch)
     data = {"kind": "llm", "axes": {"budget_bpw": {"range": [0.1, 0.7, 0.1]}}}
     values = load_spec(write(tmp_path, data)).axis("budget_bpw").values
     assert values == (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)  # 0.1 + 2 * 0.1 is 0.30000000000000004 unrounded
@@ -408,7 +407,6 @@ def test_an_unknown_recipe_lists_the_recipes(tmp_path):
 
 
 def test_llm_refuses_hardware_metrics_and_stages(tmp_path):
-    pytest.importorskip("torch")
     base = {"kind": "llm", "axes": {"budget_bpw": [3.5, 4.0]}}
     assert refused(tmp_path, {**base, "metrics": ["lut"]}).startswith("FILE: metrics[0]: lut is not available for "
                                                                       "kind llm")

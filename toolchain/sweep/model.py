@@ -188,6 +188,7 @@ class Row:
 
 def point_key(spec: SweepSpec, point: Point) -> str:
     """Content hash naming a point's work folder and cache entry: the spec's digest (kind, base options and input
-    file contents, stage) and the point's params. Two sweeps that share a point share its result."""
+    file contents, bitforge's version; not the stage) and the point's params. Two sweeps that share a point share
+    its result; a later stage asked of the same point reuses its folder and stage caches."""
     text = json.dumps({"spec": spec.digest, "params": point.params}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -185,3 +185,19 @@ def test_search_end_to_end_on_a_tiny_llama(tmp_path):
     assert ex.jobs == 2
     assert all(r.cached for r in rows2)
     assert [r.metrics for r in rows2] == [r.metrics for r in rows]
+
+
+def test_uniform_configs_keep_those_within_budget_not_beaten_on_every_layer():
+    def cand(bits, rank, cost, error):
+        return {"bits": bits, "group": 64, "rank": rank, "cost": cost, "error": error}
+
+    table = {"layers": [
+        {"name": "a", "candidates": [cand(2, 0, 10, 9.0), cand(3, 0, 15, 4.0), cand(2, 8, 14, 5.0),
+                                     cand(4, 0, 20, 1.0)]},
+        {"name": "b", "candidates": [cand(2, 0, 10, 8.0), cand(3, 0, 15, 3.0), cand(2, 8, 14, 2.0),
+                                     cand(4, 0, 20, 1.0)]},
+    ]}
+    kept = {u["key"] for u in llm_search.uniform_configs(table, 30)}
+    # w4 is over budget; w2 r0 loses to w3 r0 on both layers; w3 r0 and w2 r8 each win one layer
+    assert kept == {(3, 64, 0), (2, 64, 8)}
+    assert {u["key"] for u in llm_search.uniform_configs(table, 40)} == {(4, 64, 0)}

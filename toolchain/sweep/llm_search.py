@@ -16,8 +16,7 @@ Multi-fidelity, cheapest first:
    through the compress driver and measured on the evaluation chunks and on disjoint *selection* chunks. The
    search's answer per budget is the survivor with the lowest selection perplexity; it is compared with the best
    uniform configuration by evaluation perplexity (which favours uniform: its pick sees the evaluation numbers).
-   Uniform configurations that another one within the budget beats on every layer's proxy at no more bits are not
-   measured.
+   Uniform configurations that another one within the budget beats on every layer's proxy are not measured.
 
 Spec (``base``, any of them may be an axis instead; see :data:`BASE_KEYS`)::
 
@@ -196,8 +195,9 @@ def candidate_keys(table: dict) -> list[tuple]:
 
 
 def uniform_configs(table: dict, budget: int) -> list[dict]:
-    """Uniform configurations within ``budget`` bits that no other one within it beats on every layer's proxy at
-    no more bits (those would only lose, so they are not measured)."""
+    """Uniform configurations within ``budget`` bits, less those that another one within the budget beats on every
+    layer's proxy (RTN W2 against W3 at any rank, say): at the same budget their bits do not matter, and a model
+    worse layer by layer is not measured."""
     layers = table["layers"]
     info = []
     for key in candidate_keys(table):
@@ -207,8 +207,8 @@ def uniform_configs(table: dict, budget: int) -> list[dict]:
             info.append({"key": key, "cost": cost, "errors": [c["error"] for c in cands]})
     keep = []
     for a in info:
-        dominated = any(b is not a and b["cost"] <= a["cost"] and all(x <= y for x, y in zip(b["errors"], a["errors"]))
-                        and (b["cost"] < a["cost"] or b["errors"] != a["errors"]) for b in info)
+        dominated = any(b is not a and all(x <= y for x, y in zip(b["errors"], a["errors"]))
+                        and (b["errors"] != a["errors"] or b["cost"] < a["cost"]) for b in info)
         if not dominated:
             keep.append(a)
     return keep

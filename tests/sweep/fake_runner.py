@@ -116,3 +116,9 @@ def tools_point(folder: str) -> dict:
     run_tool("nextpnr-ice40", ["--up5k", "--package", "sg48", "--json", "top.json", "--pcf-allow-unconstrained",
                                "--asc", "top.asc", "-q"], work, work / "nextpnr.console.log", label="nextpnr")
     return {"torch": total, "cells": len(cells), "asc_bytes": (work / "top.asc").stat().st_size}
+
+
+def worker_env_seen() -> dict:
+    """The tool and cache locations as a worker sees them (what a Ray task must share with the driver)."""
+    return {"BITFORGE_CACHE": os.environ.get("BITFORGE_CACHE"), "YOWASP_CACHE_DIR": os.environ.get("YOWASP_CACHE_DIR"),
+            "pid": os.getpid()}

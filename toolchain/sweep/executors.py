@@ -13,8 +13,8 @@ the spec, the point and its folder; only ``seconds`` differs).
   alone (:class:`WorkerDied`, with the signal), and the others are submitted again to a fresh pool.
 * :class:`RayExecutor` runs each call as a Ray task that declares ``num_cpus`` (a P&R point declares the cores
   nextpnr uses, so a cluster is not oversubscribed). Ray is imported only here and only when asked; an address
-  nothing listens on is refused in seconds (a plain TCP connect before ``ray.init``, which would otherwise retry
-  for a minute or more). Workers get this process's tool and cache locations (``BITFORGE_CACHE``,
+  nothing listens on, or where no gRPC server answers, is refused in seconds (:func:`check_reachable`, before
+  ``ray.init``, which would otherwise retry for minutes). Workers get this process's tool and cache locations (``BITFORGE_CACHE``,
   ``YOWASP_CACHE_DIR``, ``PATH``) and ``sys.path`` in the task itself, so a worker on this machine reuses the
   compiled YoWASP tools and the flow caches instead of compiling yosys again for minutes.
 
@@ -430,7 +430,12 @@ class PoolExecutor(Executor):
             if not own_death and attempt < self.RETRIES:
                 self._launch(outer, fn, args, attempt + 1)
                 return
-            code = proc[pid].exitcode if pid in proc else None
+            code = None
+            for _ in range(40):  # the pipe closes a moment before the kernel has the exit status
+                code = proc[pid].exitcode if pid in proc else None
+                if code is not None or pid not in proc:
+                    break
+                time.sleep(0.05)
             exc = WorkerDied(f"the worker process running this point {_signal_name(code)} before it answered (out "
                              "of memory beyond the guard, or a crash in a native library); lower -j or --mem-gb "
                              "so the guard stops it first, then rerun with --retry-failed")
@@ -483,19 +488,36 @@ def _host_port(address: str) -> Optional[tuple[str, int]]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+#: An HTTP/2 connection preface and an empty SETTINGS frame: a gRPC server (Ray's GCS, the Ray Client server)
+#: answers it with a SETTINGS frame of its own at once.
+_H2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
 def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
-    """Refuse, in at most ``timeout`` seconds, a Ray address nothing answers on."""
+    """Refuse, in at most about twice ``timeout`` seconds, a Ray address nothing answers on, or where something
+    that is not a gRPC server answers (``ray.init`` would retry there for minutes: measured, 2 min and still
+    going, on a port that accepts and stays silent)."""
     hp = _host_port(address)
     if hp is None:
         return
+    where = f"{hp[0]}:{hp[1]}"
     try:
-        with socket.create_connection(hp, timeout=timeout):
-            return
+        with socket.create_connection(hp, timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            try:
+                sock.sendall(_H2_HELLO)
+                reply = sock.recv(9)
+            except OSError:
+                reply = b""
     except OSError as e:
         why = "timed out" if isinstance(e, socket.timeout) else (e.strerror or str(e))
-    raise SweepError(f"--ray {address}: no Ray cluster answers at {hp[0]}:{hp[1]} ({why}). Start one there "
-                     "('ray start --head' prints the address to use), pass --ray auto to join the cluster "
-                     "started on this machine, or leave --ray out to run on a local process pool")
+        raise SweepError(f"--ray {address}: no Ray cluster answers at {where} ({why}). Start one there "
+                         "('ray start --head' prints the address to use), pass --ray auto to join the cluster "
+                         "started on this machine, or leave --ray out to run on a local process pool") from None
+    if len(reply) < 9 or reply[3] != 4:
+        raise SweepError(f"--ray {address}: something answers at {where}, but not a Ray cluster (no gRPC server "
+                         "there). Give the head node's address as 'ray start --head' prints it (port 6379 by "
+                         "default) or ray://HOST:10001 for the Ray Client server")
 
 
 def worker_env() -> dict[str, str]:
@@ -520,6 +542,29 @@ def ray_task(env: dict, paths: list, limit: Optional[int], payload: bytes) -> An
     return guarded_call(limit, False, fn, args)
 
 
+def _chain_text(e: BaseException) -> str:
+    """Every message in an exception's cause chain (Ray puts the real reason, as text, a few levels down)."""
+    texts, seen = [], set()
+    cur: Optional[BaseException] = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        texts.append(f"{type(cur).__name__}: {cur}")
+        cur = cur.__cause__ or cur.__context__
+    return "\n".join(texts)
+
+
+def _token_mode() -> None:
+    """``ray start --head`` (2.60) turns token authentication on, but a client's ``ray.init`` defaults to no token
+    and is refused after some 20 s of retries; the mode is read when Ray is imported. With a token on this machine (``RAY_AUTH_TOKEN``,
+    ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``) and no ``RAY_AUTH_MODE`` chosen, use it: a token-mode client
+    also joins a cluster without authentication (both measured with Ray 2.60)."""
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH") or \
+            (Path.home() / ".ray" / "auth_token").is_file():
+        os.environ["RAY_AUTH_MODE"] = "token"
+
+
 class RayExecutor(Executor):
     """Runs calls as Ray tasks. ``address``: a cluster's ``host:port`` (or ``ray://host:port``), or "auto" (the
     cluster started on this machine with ``ray start``); None starts a local instance of ``num_cpus`` CPUs (the
@@ -529,6 +574,8 @@ class RayExecutor(Executor):
 
     def __init__(self, address: Optional[str] = None, *, num_cpus: Optional[int] = None,
                  mem_gb: Optional[float] = None):
+        if address is not None and "ray" not in sys.modules:
+            _token_mode()  # read when Ray is imported
         ray = _import_ray()
         self.address = address
         self._started = False
@@ -546,8 +593,15 @@ class RayExecutor(Executor):
                 else:
                     ray.init(address=address, **kw)
             except ConnectionError as e:
-                raise SweepError(f"--ray {address}: {str(e).splitlines()[0]}. Start a cluster ('ray start --head'), "
-                                 "give its address, or leave --ray out to use the local process pool") from None
+                if "InvalidAuthToken" in _chain_text(e) or "AuthenticationError" in _chain_text(e):
+                    raise SweepError(f"--ray {address}: the cluster refused this client's authentication token. "
+                                     "Copy the head node's ~/.ray/auth_token to this machine (or set RAY_AUTH_TOKEN "
+                                     "to its content), leave RAY_AUTH_MODE unset (or set it to token), and run "
+                                     "again") from None
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(".")
+                raise SweepError(f"--ray {address}: no Ray cluster to join (Ray: {first}). Start one "
+                                 "with 'ray start --head' and give the address it prints, or leave --ray out to run "
+                                 "on the local process pool") from None
             self._started = True
         self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self.mem_gb = mem_gb

@@ -154,7 +154,7 @@ def test_a_point_that_cannot_be_built_is_a_failed_row(tmp_path):
 
 def test_does_not_fit_is_a_row_with_the_synthesis_numbers(tmp_path):
     spec = spec_of("learn", {"task": "t1", "samples": 300}, {}, LEARN_METRICS, "synth")
-    row, folder = run(spec, {"datapath": "fixed<16,6>", "target": "ice40-up5k"}, tmp_path, "synth")
+    row, folder = run(spec, {"datapath": "fixed<12,4>", "target": "ice40-up5k"}, tmp_path, "synth")
     assert row.status == "does-not-fit" and row.stage == "synth", row.reason
     assert row.metrics["dsp"] > 8 and "ice40-up5k has 8" in row.reason  # the UP5K's 8 SB_MAC16
     assert f"log: points/{row.key}/{runners.WORK}/impl/ice40-up5k/yosys.log" in row.reason

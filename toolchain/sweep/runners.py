@@ -111,8 +111,6 @@ def run_point(spec: SweepSpec, point: Point, folder: str, upto: str) -> Row:
     except Exception as e:  # noqa: BLE001 - a point's failure is its row, never the sweep's
         row.status, row.stage = "failed", run.done or "golden"
         row.reason = run.failure_reason(e)
-    if row.status != "ok" and run.done is None:
-        row.stage = "golden"  # nothing completed; the status says so
     row.metrics.update({k: v for k, v in run.metrics.items() if k in row.metrics})
     if row.status == "ok" and run.notes:
         row.reason = _one_line("; ".join(dict.fromkeys(run.notes)))
@@ -150,8 +148,11 @@ class _Run:
         return Path(os.path.relpath(Path(path), self.out)).as_posix()
 
     def log(self, line: str) -> None:
-        with open(self._log, "a") as f:
-            f.write(line.rstrip("\n") + "\n")
+        try:
+            with open(self._log, "a") as f:
+                f.write(line.rstrip("\n") + "\n")
+        except OSError:  # a full disk shows in the point's own stages; the log is not worth a crashed sweep
+            pass
 
     def progress(self, message: str) -> None:
         self.log(f"  {message}")
@@ -424,9 +425,10 @@ def _run_learn(run: _Run) -> None:
         metrics = json.loads(metrics_file.read_text())
     else:
         inputs = tuple(p for p in (opts.data or "").split(",") if p)
-        metrics = learn(spec, task, run.work, rtl=rtl, simulator=SIMULATOR, basis=opts.basis, mlp_lanes=lanes,
-                        progress=run.progress, force=True, inputs=inputs).metrics
+        learn(spec, task, run.work, rtl=rtl, simulator=SIMULATOR, basis=opts.basis, mlp_lanes=lanes,
+              progress=run.progress, force=True, inputs=inputs)
         _write_stamp(run.work, record)
+        metrics = json.loads(metrics_file.read_text())  # JSON types, as the row keeps them
     run.metrics.update(learn_metrics(metrics))
     fixed = metrics["fixed"]
     if run.metrics["error"] is None:
@@ -439,9 +441,18 @@ def _run_learn(run: _Run) -> None:
         run.end("sim", t0)
     else:
         run.end("golden", t0)
+    _hardware(run, _learner_pnr_options(run.options.get("target")))
+
+
+def _learner_pnr_options(target: Optional[str]) -> tuple[str, ...]:
+    """``learn()``'s nextpnr options (the static placer and router2) where the target's nextpnr has them: iCE40 and
+    ECP5. nextpnr-himbaechel (Gowin) refuses ``--placer static`` ("This uarch does not support the 'static'
+    placer"), so a Gowin learner gets nextpnr's defaults."""
+    from ..flows.targets import get_target
     from ..learn.run import learner_pnr_options
 
-    _hardware(run, learner_pnr_options())
+    flow = get_target(target).flow if target else None
+    return learner_pnr_options() if flow is not None and flow.nextpnr in ("nextpnr-ice40", "nextpnr-ecp5") else ()
 
 
 def learn_metrics(metrics: dict) -> dict:

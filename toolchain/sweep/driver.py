@@ -284,7 +284,7 @@ class _Run:
         """A finished row: saved to its point's folder (when computed now), shown, reported."""
         self.rows[row.index] = row
         if save:
-            _write_json_atomic(self.out / row.folder / ROW_FILE, replace(row, cached=False).to_json())
+            _write_json_atomic(self.out / "points" / row.key / ROW_FILE, replace(row, cached=False).to_json())
         self.progress.update(row)
         self.report()
 
@@ -332,7 +332,8 @@ class _Run:
                         continue
                     except Exception as e:  # noqa: BLE001 - a point's failure is its row, not the sweep's end
                         row = _failed_row(self.spec, point, self.key(point), e, time.monotonic() - start)
-                    row = replace(row, index=point.index, cached=False)
+                    key = self.key(point)  # the runner's row, under the driver's names for it
+                    row = replace(row, key=key, index=point.index, folder=f"points/{key}", cached=False)
                     self.ran += 1
                     self.progress.update(running=len(flight))
                     self.keep(row, save=True)
@@ -431,7 +432,7 @@ def _phase_two(run: _Run, points: Sequence[Point], display: _Progress) -> None:
         dominated = replace(row, status="dominated", reason=reason)
         if dominated != row:
             run.rows[p.index] = dominated
-            _write_json_atomic(run.out / row.folder / ROW_FILE, replace(dominated, cached=False).to_json())
+            _write_json_atomic(run.out / "points" / row.key / ROW_FILE, replace(dominated, cached=False).to_json())
     if not todo:
         return
     display.phase(f"{run.spec.name}: P&R (phase 2 of 2)", len(todo))

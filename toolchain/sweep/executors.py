@@ -153,6 +153,12 @@ class MemoryGuard:
         return f"{self.limit / _GIB:.3g} GiB"
 
     def __enter__(self) -> MemoryGuard:
+        if self._main:
+            self._old_handler = signal.signal(signal.SIGUSR2, self._raise)
+        # processes this one already had (a pool's resource tracker, a Ray node started here) are not the point's
+        self._before = set(_descendants(os.getpid()))
+        self._thread = threading.Thread(target=self._watch, name="bitforge-memory-guard", daemon=True)
+        self._thread.start()  # before the limit: its stack is a private writable mapping too
         if self.rlimit:
             import resource
 
@@ -160,12 +166,6 @@ class MemoryGuard:
             new = self.limit if hard == resource.RLIM_INFINITY else min(self.limit, hard)
             self._old_rlimit = (soft, hard)
             resource.setrlimit(resource.RLIMIT_DATA, (new, hard))
-        if self._main:
-            self._old_handler = signal.signal(signal.SIGUSR2, self._raise)
-        # processes this one already had (a pool's resource tracker, a Ray node started here) are not the point's
-        self._before = set(_descendants(os.getpid()))
-        self._thread = threading.Thread(target=self._watch, name="bitforge-memory-guard", daemon=True)
-        self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
@@ -568,7 +568,9 @@ def _token_mode() -> None:
 class RayExecutor(Executor):
     """Runs calls as Ray tasks. ``address``: a cluster's ``host:port`` (or ``ray://host:port``), or "auto" (the
     cluster started on this machine with ``ray start``); None starts a local instance of ``num_cpus`` CPUs (the
-    test's ``ray.init(num_cpus=2)``). An already initialised Ray in this process is used as it is."""
+    test's ``ray.init(num_cpus=2)``). An already initialised Ray in this process is used as it is. The points
+    write their folders under OUT, so on a cluster of several machines OUT must be on a file system every node
+    mounts at the same path (and bitforge installed in the same environment on each)."""
 
     name = "ray"
 
@@ -589,7 +591,8 @@ class RayExecutor(Executor):
             os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # silence a future-change warning
             try:
                 if address is None:
-                    ray.init(num_cpus=num_cpus or os.cpu_count() or 1, **kw)
+                    # "local": a new instance even where a cluster (or a stale record of one) is on this machine
+                    ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1, **kw)
                 else:
                     ray.init(address=address, **kw)
             except ConnectionError as e:

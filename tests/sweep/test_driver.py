@@ -146,6 +146,17 @@ def test_extending_an_axis_runs_only_the_new_points(tmp_path, reports):
             assert (r.key, r.metrics, r.index) == (old.key, old.metrics, grid(big)[r.index].index)
 
 
+def test_a_rerun_asking_fewer_metrics_is_cached_and_one_asking_more_runs_again(tmp_path, reports):
+    spec = make_spec(tmp_path, {"a": [1, 2]}, fail_at=[1])
+    sweep(replace(spec, metrics=("error", "lut")), tmp_path / "out")
+    clear_calls(tmp_path)
+    fewer = sweep(replace(spec, metrics=("error",)), tmp_path / "out")
+    assert calls(tmp_path) == [] and [r.metrics for r in fewer.rows] == [{"error": 0.5}, {"error": None}]
+    more = sweep(spec, tmp_path / "out")  # + ff, fmax_mhz, latency_ns: the ok point runs, the failed one stays
+    assert calls(tmp_path) == [(0, "synth")]
+    assert set(more.rows[0].metrics) == set(METRICS) and more.rows[1].metrics == {m: None for m in METRICS}
+
+
 def test_failed_points_are_rows_kept_unless_retry_failed(tmp_path, reports):
     spec = make_spec(tmp_path, {"a": [1, 2, 3]}, fail_at=[1])
     points = [Point(0, {"a": 1}), Point(1, {"a": 2}), Point(2, {"a": 3, "raise": True})]

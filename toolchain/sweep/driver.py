@@ -277,8 +277,9 @@ class _Run:
         if row is None or row.key != self.key(point) or not reusable(row, upto, self.spec.metrics,
                                                                       self.retry_failed):
             return None
+        metrics = {m: row.metrics.get(m) for m in self.spec.metrics}  # an earlier sweep may have asked for more
         return replace(row, index=point.index, params=dict(point.params), folder=f"points/{self.key(point)}",
-                       cached=True)
+                       metrics=metrics, cached=True)
 
     def keep(self, row: Row, *, save: bool) -> None:
         """A finished row: saved to its point's folder (when computed now), shown, reported."""

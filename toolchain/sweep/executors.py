@@ -370,6 +370,10 @@ class PoolExecutor(Executor):
         self._live: dict[Future, tuple] = {}  # our future -> (fn, args, attempt, generation, marker)
         self._closed = False
         self._markers = tempfile.mkdtemp(prefix="bitforge-pool-")
+        import shutil
+        import weakref
+
+        weakref.finalize(self, shutil.rmtree, self._markers, True)  # also when close() is never called
         self._count = 0
 
     def _ensure_pool(self) -> ProcessPoolExecutor:

@@ -125,3 +125,11 @@ def test_unreachable_ray_address_is_refused_within_seconds():
     with pytest.raises(SweepError, match="no Ray cluster answers"):
         make_executor(None, f"ray://127.0.0.1:{port}", None)
     assert time.monotonic() - t0 < 15  # import ray (a few seconds) + two refused connects; no retry loop
+
+
+def test_importing_the_driver_and_executors_leaves_ray_and_torch_unimported():
+    code = ("import sys, bitforge.toolchain.sweep.driver, bitforge.toolchain.sweep.executors; "
+            "print(sorted(m for m in ('ray', 'torch', 'cloudpickle') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"

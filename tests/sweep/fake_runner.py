@@ -1,12 +1,13 @@
 """A stand-in for ``runners.run_point`` in the executor and driver tests: rows computed from the params alone.
 
 Top-level and picklable, so it runs in pool workers and Ray tasks like the real runner. Params it reads (all
-optional): ``a``, ``b``, ``c`` (numbers: the metrics are functions of them, :func:`metric_value`), ``fits`` (False: "does-not-fit" at
-synthesis), ``fail`` (True: a failed row), ``raise`` (True: the runner raises), ``interrupt`` (True: it raises
-KeyboardInterrupt, as Ctrl-C would), ``sleep`` (seconds), ``mem_mb`` (touches that many MiB in this process),
-``child_mem_mb`` (starts a child Python that touches that many MiB: a tool), ``die`` (the process kills itself
-with SIGKILL). ``spec.base`` may hold ``interrupt_at`` / ``fail_at`` (point indices): outside the params, so a
-rerun with them removed keeps the points' keys (the tests give the spec's digest themselves).
+optional): ``a``, ``b``, ``c`` (numbers: the metrics are functions of them, :func:`metric_value`), ``fits``
+(False: "does-not-fit" at synthesis), ``fail`` (True: a failed row), ``raise`` (True: the runner raises),
+``interrupt`` (True: it raises KeyboardInterrupt, as Ctrl-C would), ``sleep`` (seconds), ``mem_mb`` (touches that
+many MiB in this process), ``torch_mb`` (the same through torch), ``child_mem_mb`` (starts a child Python that
+touches that many MiB: a tool), ``die`` (the process kills itself with SIGKILL). ``spec.base`` may hold
+``interrupt_at`` / ``fail_at`` (point indices): outside the params, so a rerun with them removed keeps the points'
+keys (the tests give the spec's digest themselves).
 ``spec.base["calls"]``, when set, names a file that gets one line ``INDEX UPTO`` per call (O_APPEND: safe from
 several processes), so a test can see which points ran.
 """
@@ -62,6 +63,10 @@ def run_point(spec, point, folder: str, upto: str) -> Row:
         block = bytearray(int(p["mem_mb"]) << 20)
         block[::4096] = b"1" * len(block[::4096])  # touch every page: resident, not just reserved
         time.sleep(1.0)
+    if p.get("torch_mb"):  # torch's allocator (C++): refused with a RuntimeError, not a MemoryError
+        import torch
+
+        torch.ones(int(p["torch_mb"]) << 18, dtype=torch.float32)
     if p.get("child_mem_mb"):
         r = subprocess.run([sys.executable, "-c", TOUCH + "; import time; time.sleep(3)", str(p["child_mem_mb"])],
                            capture_output=True, text=True, start_new_session=True)
@@ -78,8 +83,9 @@ def run_point(spec, point, folder: str, upto: str) -> Row:
         status, reason, stage = "failed", "fake failure asked by the point", "golden"
     elif p.get("fits") is False and stage_index(upto) >= stage_index("synth"):
         status, reason, stage = "does-not-fit", "fake: 9999 LUT > 5280 LUT", "synth"
-    metrics = {m: (metric_value(m, a, b, c) if status != "failed" and stage_index(METRICS[m].stage) <= stage_index(stage)
-                   else None) for m in spec.metrics}
+    reached = status != "failed"
+    metrics = {m: metric_value(m, a, b, c) if reached and stage_index(METRICS[m].stage) <= stage_index(stage)
+               else None for m in spec.metrics}
     out = Path(folder)
     (out / "report.json").write_text(f'{{"upto": "{upto}", "a": {a}, "b": {b}}}\n')
     key = point_key(spec, point)

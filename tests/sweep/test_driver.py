@@ -29,7 +29,8 @@ def make_spec(tmp_path: Path, axes: dict, stage: str = "synth", **base) -> Sweep
 
 def grid(spec: SweepSpec) -> list[Point]:
     names = [a.name for a in spec.axes]
-    return [Point(i, dict(zip(names, vals))) for i, vals in enumerate(itertools.product(*(a.values for a in spec.axes)))]
+    combos = itertools.product(*(a.values for a in spec.axes))
+    return [Point(i, dict(zip(names, vals))) for i, vals in enumerate(combos)]
 
 
 def calls(tmp_path: Path) -> list[tuple[int, str]]:

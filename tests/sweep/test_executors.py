@@ -38,11 +38,13 @@ def test_pool_point_over_the_guard_is_a_failed_row_with_the_reason_and_the_next_
     kills the point's tool) each end as a failed row naming the guard; a normal point on the same workers runs."""
     s = spec()
     points = [Point(0, {"a": 1, "mem_mb": 2048}), Point(1, {"a": 2}),
-              Point(2, {"a": 3, "mem_mb": 250, "child_mem_mb": 400}), Point(3, {"a": 4})]
+              Point(2, {"a": 3, "mem_mb": 250, "child_mem_mb": 400}), Point(3, {"a": 4}),
+              Point(4, {"a": 5, "torch_mb": 2048})]
     with PoolExecutor(1, mem_gb=0.5) as ex:
         res = run_sweep(s, tmp_path / "out", ex, runner=fake_runner.run_point, points=points, progress=False)
-    over, ok1, tree, ok2 = res.rows
-    assert [r.status for r in res.rows] == ["failed", "ok", "failed", "ok"]
+    over, ok1, tree, ok2, big_tensor = res.rows
+    assert [r.status for r in res.rows] == ["failed", "ok", "failed", "ok", "failed"]
+    assert big_tensor.reason.startswith("memory guard: the point was refused an allocation (RuntimeError: ")
     assert over.reason.startswith("memory guard:") and "MemoryError" in over.reason and "--mem-gb" in over.reason
     assert tree.reason.startswith("memory guard: the point used") and "over the memory guard's 0.5 GiB" in tree.reason
     assert "python" in tree.reason  # names the process that held the memory
@@ -95,7 +97,7 @@ def test_a_point_that_kills_its_worker_fails_alone_and_the_others_finish():
 
 
 def test_make_executor_refuses_bad_settings_and_picks_the_pool():
-    with pytest.raises(SweepError, match="-j 0"):
+    with pytest.raises(SweepError, match="--workers 0"):
         make_executor(0, None, None)
     with pytest.raises(SweepError, match="--mem-gb"):
         make_executor(2, None, 0)

@@ -4,7 +4,7 @@ All three take the same call, ``submit(fn, *args, num_cpus=1) -> concurrent.futu
 schedules points the same way whatever runs them, and the rows come out the same (the runner is a pure function of
 the spec, the point and its folder; only ``seconds`` differs).
 
-* :class:`SerialExecutor` runs ``fn`` inside ``submit`` (unit tests, ``-j 1``). A ``KeyboardInterrupt`` is not a
+* :class:`SerialExecutor` runs ``fn`` inside ``submit`` (unit tests, library callers). A ``KeyboardInterrupt`` is not a
   point's failure: it leaves ``submit`` as it is.
 * :class:`PoolExecutor` is a ``ProcessPoolExecutor`` (``spawn``: no fork of a process that holds threads or torch
   state) sized to the cores, with a per-point **memory guard** (:class:`MemoryGuard`). A worker that dies anyway
@@ -14,9 +14,9 @@ the spec, the point and its folder; only ``seconds`` differs).
 * :class:`RayExecutor` runs each call as a Ray task that declares ``num_cpus`` (a P&R point declares the cores
   nextpnr uses, so a cluster is not oversubscribed). Ray is imported only here and only when asked; an address
   nothing listens on, or where no gRPC server answers, is refused in seconds (:func:`check_reachable`, before
-  ``ray.init``, which would otherwise retry for minutes). Workers get this process's tool and cache locations (``BITFORGE_CACHE``,
-  ``YOWASP_CACHE_DIR``, ``PATH``) and ``sys.path`` in the task itself, so a worker on this machine reuses the
-  compiled YoWASP tools and the flow caches instead of compiling yosys again for minutes.
+  ``ray.init``, which would otherwise retry for minutes). Workers get this process's tool and cache locations
+  (``BITFORGE_CACHE``, ``YOWASP_CACHE_DIR``, ``PATH``) and ``sys.path`` in the task itself, so a worker on this
+  machine reuses the compiled YoWASP tools and the flow caches instead of compiling yosys again for minutes.
 
 The memory guard, and why it is built this way (measured on this project's tools, see
 ``tests/sweep/test_executors.py``): ``RLIMIT_AS`` caps address space, and both the YoWASP tools (wasmtime
@@ -215,7 +215,7 @@ _ALLOC_FAILED = ("MemoryError", "Cannot allocate memory", "can't allocate memory
 
 def _guard_message(guard: MemoryGuard, detail: str) -> str:
     return (f"memory guard: the point {detail}; it was stopped. Give each point more memory with --mem-gb "
-            f"(now {guard.describe_limit()}) or run fewer at once (-j), then rerun with --retry-failed")
+            f"(now {guard.describe_limit()}) or run fewer at once (--workers), then rerun with --retry-failed")
 
 
 def guarded_call(limit_bytes: Optional[int], rlimit: bool, fn: Callable, args: tuple) -> Any:
@@ -359,7 +359,7 @@ class PoolExecutor(Executor):
 
         self.workers = int(workers or os.cpu_count() or 1)
         if self.workers < 1:
-            raise SweepError(f"-j {workers}: the number of worker processes must be at least 1")
+            raise SweepError(f"--workers {workers}: the number of worker processes must be at least 1")
         self.mem_gb = float(mem_gb) if mem_gb is not None else default_mem_gb(self.workers)
         if self.mem_gb <= 0:
             raise SweepError(f"--mem-gb {mem_gb}: the memory each point may use must be above 0 GiB, e.g. 4")
@@ -441,7 +441,7 @@ class PoolExecutor(Executor):
                     break
                 time.sleep(0.05)
             exc = WorkerDied(f"the worker process running this point {_signal_name(code)} before it answered (out "
-                             "of memory beyond the guard, or a crash in a native library); lower -j or --mem-gb "
+                             "of memory beyond the guard, or a crash in a native library); lower --workers or --mem-gb "
                              "so the guard stops it first, then rerun with --retry-failed")
         if not outer.set_running_or_notify_cancel():
             return
@@ -559,9 +559,9 @@ def _chain_text(e: BaseException) -> str:
 
 def _token_mode() -> None:
     """``ray start --head`` (2.60) turns token authentication on, but a client's ``ray.init`` defaults to no token
-    and is refused after some 20 s of retries; the mode is read when Ray is imported. With a token on this machine (``RAY_AUTH_TOKEN``,
-    ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``) and no ``RAY_AUTH_MODE`` chosen, use it: a token-mode client
-    also joins a cluster without authentication (both measured with Ray 2.60)."""
+    and is refused after some 20 s of retries; the mode is read when Ray is imported. With a token on this machine
+    (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``) and no ``RAY_AUTH_MODE`` chosen, use it:
+    a token-mode client also joins a cluster without authentication (both measured with Ray 2.60)."""
     if "RAY_AUTH_MODE" in os.environ:
         return
     if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH") or \
@@ -662,12 +662,12 @@ class RayExecutor(Executor):
 
 
 def make_executor(workers: Optional[int], ray: Optional[str], mem_gb: Optional[float]) -> Executor:
-    """The CLI's ``-j N``, ``--ray ADDRESS|auto|local`` and ``--mem-gb G``: Ray when ``ray`` is given ("local":
+    """The CLI's ``--workers N``, ``--ray ADDRESS|auto|local`` and ``--mem-gb G``: Ray when ``ray`` is given ("local":
     start an instance on this machine with ``workers`` CPUs), else the process pool (``workers`` None: one per
-    core; ``-j 1`` too is a pool of one, so the memory guard and a crash stay out of the bitforge process).
+    core; ``--workers 1`` too is a pool of one, so the memory guard and a crash stay out of the bitforge process).
     :class:`SerialExecutor` is for tests and library callers that want the point in their own process."""
     if workers is not None and workers < 1:
-        raise SweepError(f"-j {workers}: the number of points to run at once must be at least 1")
+        raise SweepError(f"--workers {workers}: the number of points to run at once must be at least 1")
     if mem_gb is not None and mem_gb <= 0:
         raise SweepError(f"--mem-gb {mem_gb}: the memory each point may use must be above 0 GiB, e.g. 4")
     if ray:

@@ -154,7 +154,7 @@ class InProcess:
 
 def test_search_end_to_end_on_a_tiny_llama(tmp_path):
     base = {"model": "tiny", "bits": [2, 3, 4], "rank": [0, 4], "group": 32, "ctx": 16, "calib_chunks": 4,
-            "eval_chunks": 2, "select_chunks": 2, "weightings": [0, 1]}
+            "eval_chunks": 2, "select_chunks": 2, "proxies": ["fisher", "output", "relative"]}
     s = spec(base, [Axis("budget_bpw", (3.8,))])
     ex, seen = InProcess(), []
     rows = llm_search.run_llm_sweep(s, tmp_path, ex, seen.append, loader=tiny_loader)
@@ -170,12 +170,13 @@ def test_search_end_to_end_on_a_tiny_llama(tmp_path):
         assert doc["measured"]["stored_bits"] <= doc["budget_bits"]
         assert r.metrics["bpw"] <= 3.8
         assert r.metrics["error"] == r.metrics["ppl"]
-        assert r.metrics["proxy"] == pytest.approx(sum(v["error"] for v in doc["layers"].values()))
+        assert r.metrics["proxy"] == pytest.approx(sum(v["fisher"] for v in doc["layers"].values()))
     for r in uni:
         assert r.metrics["bpw"] <= 3.8 and "budget_bpw" not in r.params
-    # the absolute-error survivor minimises the summed proxy over every uniform configuration within budget
-    best_alloc = min(r.metrics["proxy"] for r in alloc)
-    assert best_alloc <= min(r.metrics["proxy"] for r in uni) + 1e-12
+    # the Fisher survivor's summed proxy is at most every uniform configuration's within the budget
+    fisher = next(r for r in alloc if "fisher" in json.loads((tmp_path / r.files["allocation.json"]).read_text())[
+        "proxies"])
+    assert fisher.metrics["proxy"] <= min(r.metrics["proxy"] for r in uni) + 1e-12
     summary = json.loads((tmp_path / "llm" / "summary.json").read_text())
     (search,) = summary["searches"]
     assert search["chosen"]["key"] in {r.key for r in alloc}
@@ -201,3 +202,36 @@ def test_uniform_configs_keep_those_within_budget_not_beaten_on_every_layer():
     # w4 is over budget; w2 r0 loses to w3 r0 on both layers; w3 r0 and w2 r8 each win one layer
     assert kept == {(3, 64, 0), (2, 64, 8)}
     assert {u["key"] for u in llm_search.uniform_configs(table, 40)} == {(4, 64, 0)}
+
+
+def test_output_fisher_is_the_mean_squared_loss_gradient_of_each_output():
+    from bitforge.toolchain.compress.calibration import TextConfig
+    from bitforge.toolchain.compress.model_io import compressible_linears
+    from bitforge.toolchain.sweep import llm_eval
+
+    session = llm_eval.open_session("tiny", TextConfig(ctx=16, eval_chunks=2, calib_chunks=3), 2, loader=tiny_loader)
+    fisher = llm_eval.output_fisher(session, batch_size=2)
+    name = "model.layers.1.mlp.up_proj"
+    # the reference: the layer's weight made trainable, its output's .grad kept, one batch at a time
+    lin = dict(session.model.named_modules())[name]
+    kept, total = [], torch.zeros(lin.out_features, dtype=torch.float64)
+
+    def keep(_m, _i, out):
+        out.retain_grad()
+        kept.append(out)
+
+    handle = lin.register_forward_hook(keep)
+    lin.weight.requires_grad_(True)
+    try:
+        for i in range(0, 3, 2):
+            x = session.calib[i:i + 2]
+            logits = session.model(input_ids=x).logits
+            torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), x[:, 1:].reshape(-1),
+                                              reduction="sum").backward()
+            total += kept[-1].grad.reshape(-1, lin.out_features).double().square().sum(0)
+    finally:
+        handle.remove()
+        lin.weight.requires_grad_(False)
+    assert set(fisher) == set(compressible_linears(session.model))
+    torch.testing.assert_close(fisher[name], total / (3 * 15), rtol=1e-5, atol=0)
+    assert float(fisher[name].min()) > 0

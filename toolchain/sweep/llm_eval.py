@@ -162,3 +162,50 @@ def evaluate(session: Session, method: str, assignment: dict[str, tuple[int, int
     return {"ppl": ppl, "select_ppl": sel, "bpw": bits / result.n_weights, "stored_bits": bits,
             "weights": result.n_weights, "quantize_seconds": round(t1 - t0, 2),
             "eval_seconds": round(time.perf_counter() - t1, 2)}
+
+
+def output_fisher(session: Session, batch_size: int = 2) -> dict[str, torch.Tensor]:
+    """``E[g_o^2]`` per output channel of every compressible linear, ``g`` the gradient of the calibration
+    chunks' next-token loss (summed over tokens) with respect to the layer's output: the diagonal empirical Fisher
+    of the loss in the layer's output space.
+
+    Why: a layer's output error ``tr(D H D^T)`` says how far its outputs move, not how much the loss cares; the
+    second-order estimate of the loss increase is ``1/2 E[dy^T F dy]`` with ``F`` the Fisher of the output.
+    Diagonal ``F`` and ``dy`` independent of ``g`` give ``1/2 sum_o E[g_o^2] (D H D^T)_oo`` per token, a proxy that
+    adds up across layers in the loss's own units (the fisher proxy of :func:`.llm_proxy.layer_table`). One
+    forward and backward over the calibration chunks; no weight gradient is formed (the graph starts at the
+    embedding's output)."""
+    import torch.nn.functional as F
+
+    model = session.model
+    linears = compressible_linears(model)
+    acc = {n: torch.zeros(lin.out_features, dtype=torch.float64) for n, lin in linears.items()}
+    tokens = [0]
+    handles = []
+
+    def watch(name):
+        def grad(g):
+            acc[name].add_(g.detach().reshape(-1, g.shape[-1]).double().square().sum(0))
+
+        def fwd(_m, _inp, out):
+            if out.requires_grad:
+                out.register_hook(grad)
+        return fwd
+
+    for name, lin in linears.items():
+        handles.append(lin.register_forward_hook(watch(name)))
+    emb = model.get_input_embeddings()
+    handles.append(emb.register_forward_hook(lambda _m, _i, out: out.detach().requires_grad_(True)))
+    try:
+        with torch.enable_grad():
+            for i in range(0, session.calib.shape[0], batch_size):
+                x = session.calib[i:i + batch_size]
+                logits = model(input_ids=x, use_cache=False).logits
+                loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), x[:, 1:].reshape(-1),
+                                       reduction="sum")
+                loss.backward()
+                tokens[0] += x[:, 1:].numel()
+    finally:
+        for h in handles:
+            h.remove()
+    return {n: a / max(tokens[0], 1) for n, a in acc.items()}

@@ -140,10 +140,13 @@ class LayerCandidates:
 
 
 def layer_table(name: str, W: torch.Tensor, stats: LayerStats, method: str, bits: list[int],
-                groups: list[int | None], ranks: list[int], options: dict, seed: int) -> dict:
+                groups: list[int | None], ranks: list[int], options: dict, seed: int,
+                fisher: torch.Tensor | None = None) -> dict:
     """The proxy table of one layer: ``{"name", "shape", "weights", "ref", "candidates": [{bits, group, rank, bpw,
-    cost, error}]}``. ``ref = tr(W H W^T)`` (the layer's output energy) lets the allocator weigh layers by relative
-    error; ``cost`` is the stored bits. A rank above ``min(out, in)`` has no candidate for this layer."""
+    cost, error, fisher}]}``. ``error = tr(D H D^T)``; ``fisher = 1/2 sum_o f_o (D H D^T)_oo`` with ``f`` the
+    output Fisher diagonal (:func:`.llm_eval.output_fisher`; None when not given): the estimated loss increase per
+    token. ``ref = tr(W H W^T)`` (the layer's output energy) lets the allocator weigh layers by relative error;
+    ``cost`` is the stored bits. A rank above ``min(out, in)`` has no candidate for this layer."""
     stats = LayerStats(stats.xtx, stats.n_tokens, name)
     lc = LayerCandidates(W, stats, method, options, seed)
     n_out, n_in = W.shape
@@ -155,22 +158,28 @@ def layer_table(name: str, W: torch.Tensor, stats: LayerStats, method: str, bits
                 if r > min(n_out, n_in):
                     continue
                 w_hat, bpw = lc.weight_hat(int(b), group, int(r))
-                rows.append({"bits": int(b), "group": group, "rank": int(r), "bpw": bpw,
-                             "cost": _stored_bits(bpw, n), "error": lc.error(w_hat)})
+                row = {"bits": int(b), "group": group, "rank": int(r), "bpw": bpw, "cost": _stored_bits(bpw, n),
+                       "error": lc.error(w_hat), "fisher": None}
+                if fisher is not None:
+                    D = lc.W64 - w_hat.to(torch.float64)
+                    row["fisher"] = 0.5 * float(((D @ lc.H) * D).sum(1) @ fisher.to(torch.float64))
+                rows.append(row)
     ref = lowrank.output_error(lc.W64, torch.zeros_like(lc.W), lc.H)
     return {"name": name, "shape": [n_out, n_in], "weights": n, "ref": ref, "candidates": rows}
 
 
-def proxy_job(layers: list[tuple[str, torch.Tensor, LayerStats]], method: str, bits: list[int],
-              groups: list[int | None], ranks: list[int], options: dict, seed: int, threads: int = 1) -> list[dict]:
+def proxy_job(layers: list[tuple], method: str, bits: list[int], groups: list[int | None], ranks: list[int],
+              options: dict, seed: int, threads: int = 1) -> list[dict]:
     """One executor job: the proxy tables of a few layers (one decoder block's linears, which share their
-    statistics). Top-level and fed plain tensors, so it pickles to a worker process or a Ray task; it runs with
-    ``threads`` torch threads (the executor's ``num_cpus``) and restores the caller's setting."""
+    statistics), each given as (name, W, LayerStats[, output Fisher diagonal]). Top-level and fed plain tensors, so
+    it pickles to a worker process or a Ray task; it runs with ``threads`` torch threads (the executor's
+    ``num_cpus``) and restores the caller's setting."""
     before = torch.get_num_threads()
     torch.set_num_threads(max(1, int(threads)))
     try:
         with torch.no_grad():
-            return [layer_table(name, W, st, method, bits, groups, ranks, options, seed) for name, W, st in layers]
+            return [layer_table(lay[0], lay[1], lay[2], method, bits, groups, ranks, options, seed,
+                                lay[3] if len(lay) > 3 else None) for lay in layers]
     finally:
         torch.set_num_threads(before)
 

@@ -86,7 +86,7 @@ def compile_spec(stage: str, model: str = "kan-tracker", **base) -> SweepSpec:
 
 
 def test_compile_point_golden_then_sim_reads_the_compile_report(tmp_path, capfd):
-    spec = compile_spec("sim")
+    spec = compile_spec("sim", sim_vectors=300)
     params = {"precision": "8", "reuse": 1}
     row, folder = run(spec, params, tmp_path, "golden")
     assert row.status == "ok" and row.stage == "golden", row.reason
@@ -106,7 +106,7 @@ def test_compile_point_golden_then_sim_reads_the_compile_report(tmp_path, capfd)
     assert (folder / runners.WORK / runners.STAMP).stat().st_mtime_ns == stamp  # the compiled folder was reused
     report = json.loads((tmp_path / sim_row.files["report.json"]).read_text())
     sim = report["verification"]["golden_vs_rtl"][runners.SIMULATOR]
-    assert sim["mismatches"] == 0 and sim["vectors"] > 0 and sim_row.metrics["sim_mismatches"] == 0
+    assert sim["mismatches"] == 0 and sim["vectors"] == 300 and sim_row.metrics["sim_mismatches"] == 0
     assert (sim_row.metrics["latency_cycles"], sim_row.metrics["ii"]) == (report["rtl"]["latency_cycles"],
                                                                           report["rtl"]["ii"])
     assert sim_row.metrics["error"] == row.metrics["error"] and sim_row.metrics["lut"] is None
@@ -181,7 +181,9 @@ def test_pnr_after_synth_reuses_synthesis(tmp_path):
     assert first.metrics["lut"] > 0 and first.metrics["fmax_mhz"] is None and first.metrics["power_mw"] is None
     second, _ = run(spec, params, tmp_path, "pnr")
     assert second.status == "ok" and second.stage == "pnr", second.reason
-    entry = json.loads((tmp_path / second.files["report.json"]).read_text())["targets"]["ice40-up5k"]
+    report = json.loads((tmp_path / second.files["report.json"]).read_text())
+    assert report["verification"]["golden_vs_rtl"][runners.SIMULATOR]["vectors"] == runners.SIM_VECTORS
+    entry = report["targets"]["ice40-up5k"]
     assert entry["stages"]["synth"]["cached"] is True and entry["stages"]["pnr"]["cached"] is False
     assert second.metrics["fmax_mhz"] == entry["fmax_mhz"] > 0
     assert second.metrics["latency_ns"] == entry["latency_ns"] == pytest.approx(

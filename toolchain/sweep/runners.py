@@ -20,9 +20,10 @@ what is there: the compiled or learned folder when ``run/sweep_point.json`` reco
 simulation already in ``report.json``, and the flow's own stage caches in ``run/impl/<T>/cache`` (synthesis is not
 run again for place and route).
 
-Simulator: Icarus. The designs of a sweep are small and each point simulates once, so Verilator's C++ build
-(4.8 s against Icarus's 2.8 s for a T1 KAN learner over 400 samples, whole call) costs more than its faster
-simulation saves.
+Simulator: Icarus. Each point is a new design simulated once, so Verilator's C++ build is never amortised: a T1
+KAN learner over 400 samples takes 2.8 s on Icarus and 4.8 s on Verilator (whole ``learn`` call); jet-mlp at
+--precision 6, --reuse 4 takes 87 s for 250 vectors on Icarus and 377 s for 2,000 on Verilator, the build nearly
+all of it (ccache does not help: every point's Verilog differs). Compiled points simulate :data:`SIM_VECTORS`.
 """
 from __future__ import annotations
 
@@ -39,8 +40,8 @@ from typing import Any, Callable, Optional
 from ..errors import BitforgeError, VerificationFailed
 from .model import STAGES, Point, Row, SweepError, SweepSpec, point_key, stage_index
 
-__all__ = ["run_point", "SIMULATOR", "WORK", "LOG", "STAMP", "RUNNER_KEYS", "compile_options", "learn_options",
-           "compile_metrics", "learn_metrics"]
+__all__ = ["run_point", "SIMULATOR", "SIM_VECTORS", "WORK", "LOG", "STAMP", "RUNNER_KEYS", "compile_options",
+           "learn_options", "compile_metrics", "learn_metrics"]
 
 #: The one simulator every point uses (module docstring: why Icarus).
 SIMULATOR = "icarus"
@@ -50,9 +51,14 @@ WORK = "run"
 LOG = "runner.log"
 STAMP = "sweep_point.json"
 #: Base keys the runner reads itself (not command options): the RTL simulation's vector count (a compiled model;
-#: default: ``bitforge flow``'s, :func:`..compiler.default_sim_vectors`), nextpnr's seed (default 1, as
-#: ``bitforge implement``) and the clock P&R is asked to meet (default: the target's).
+#: default :data:`SIM_VECTORS`), nextpnr's seed (default 1, as ``bitforge implement``) and the clock P&R is asked to
+#: meet (default: the target's).
 RUNNER_KEYS = {"compile": ("sim_vectors", "pnr_seed", "clock_mhz"), "learn": ("pnr_seed", "clock_mhz")}
+#: RTL simulation vectors of a compiled point: ``bitforge flow``'s floor (:func:`..compiler.default_sim_vectors`),
+#: edge values first. Every point of a sweep is simulated, so the flow's 2,000 would dominate a sweep of wide
+#: designs: jet-mlp at --precision 6, --reuse 4 simulates 250 vectors in 87 s on Icarus (2,000: about ten minutes;
+#: Verilator: 377 s, nearly all of it the C++ build). kan-tracker: 2,000 vectors in 2.2 s.
+SIM_VECTORS = 250
 #: Set by the runner, never by a spec: which backends/simulators run follows from the stage.
 _COMPILE_RUNNER_SET = ("to", "hls")
 _LEARN_RUNNER_SET = ("rtl", "simulator", "hls")
@@ -309,7 +315,7 @@ def compile_options(spec: SweepSpec, point: Point, rtl: bool):
 
 
 def _run_compile(run: _Run) -> None:
-    from ..compiler import compile_model, default_sim_vectors
+    from ..compiler import compile_model
     from ..report.file import read_report
 
     # RTL generation costs well under a second: made at once when the point is going past the golden model, so
@@ -331,7 +337,7 @@ def _run_compile(run: _Run) -> None:
     t0 = run.begin("sim")
     rtl_section = report.get("rtl", {})
     run.metrics.update(latency_cycles=rtl_section.get("latency_cycles"), ii=rtl_section.get("ii"))
-    vectors = int(run.options.get("sim_vectors") or default_sim_vectors(int(rtl_section.get("ii", 1))))
+    vectors = int(run.options.get("sim_vectors") or SIM_VECTORS)
     previous = report.get("verification", {}).get("golden_vs_rtl", {}).get(SIMULATOR, {})
     if previous.get("vectors") == vectors and previous.get("mismatches") == 0 and "cycles" in previous:
         run.log(f"  {SIMULATOR} simulation reused ({vectors} vectors, 0 mismatches)")

@@ -63,6 +63,7 @@ def test_learn_point_golden_then_sim_reads_the_learners_metrics(tmp_path, capfd)
     assert (sim_row.metrics["latency_cycles"], sim_row.metrics["ii"]) == (rtl["latency_cycles"], rtl["ii"])
     assert sim_row.metrics["error"] == row.metrics["error"]  # the same golden trajectory
     assert sim_row.metrics["lut"] is None
+    assert Row.from_json(json.loads(json.dumps(sim_row.to_json(), allow_nan=False))) == sim_row  # row.json as is
     out, err = capfd.readouterr()
     assert out == "" and err == ""
     assert files_outside(tmp_path, folder) == []

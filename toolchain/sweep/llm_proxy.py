@@ -186,7 +186,7 @@ def proxy_job(layers: list[tuple], method: str, bits: list[int], groups: list[in
 
 def check_against_method(W: torch.Tensor, stats: LayerStats, cfg: CompressConfig) -> tuple[torch.Tensor, float]:
     """``W_hat`` and bpw straight from the registered method (rank 0: its base quantizer): what
-    :class:`LayerCandidates` must reproduce. Used by the tests and by :func:`..llm_eval` to quantize a model."""
+    :class:`LayerCandidates` must reproduce (the tests compare the two)."""
     from ..compress.api import METHODS
 
     if cfg.rank == 0:

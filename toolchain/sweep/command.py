@@ -76,11 +76,11 @@ def add_commands(sub, fmt) -> None:
         try:
             note(f"sweep {spec.name}: {len(points)} points ({spec.kind}, up to {spec.stage}) on {executor.name}")
             res = run_sweep(spec, Path(args.output), executor, force=args.force, early_stop=not args.no_early_stop,
-                            retry_failed=args.retry_failed, progress=True)
+                            retry_failed=args.retry_failed, progress=True, points=points)
         finally:
             executor.close()
         _print_summary(spec, res.rows, Path(args.output))
-        counts = ", ".join(f"{v} {k}" for k, v in res.counts.items() if v)
+        counts = ", ".join(f"{v} {k}" for k, v in res.counts.items() if v and k not in ("points", "done"))
         result(f"{len(res.rows)} points ({counts}) in {res.seconds:.1f} s; wrote {args.output}/ (report.html, "
                "pareto.png, sweep.json, points/)")
         return 0

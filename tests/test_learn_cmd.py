@@ -210,3 +210,34 @@ def test_cached_flows_list_a_design_without_a_finished_flow_as_not_run(tmp_path)
     assert row["status"] == "not run" and "no cached result" in row["note"] and row["params"] == 8
     report = tmp_path / "t1_kan" / "report.json"
     assert not report.exists() or "ecp5-85f" not in json.loads(report.read_text()).get("targets", {})
+
+
+def test_a_failed_rtl_check_keeps_its_artefacts_in_out_failed(tmp_path, monkeypatch):
+    """A trajectory mismatch names the simulation's logs: they must still exist (OUT.failed), as compile's do."""
+    import bitforge.toolchain.verify.simulate_learner as sl
+    from bitforge.toolchain.errors import VerificationFailed
+    from bitforge.toolchain.learn.run import learn
+
+    def mismatch(learner, x, t, work, **kw):
+        work.mkdir(parents=True, exist_ok=True)
+        (work / "icarus.log").write_text("prediction 3 differs\n")
+        raise VerificationFailed(f"golden model vs RTL: 1 mismatch (log: {work / 'icarus.log'})")
+
+    monkeypatch.setattr(sl, "simulate_learner", mismatch)
+    out = tmp_path / "t1"
+    with pytest.raises(VerificationFailed) as e:
+        spec, task = resolve(LearnOptions(task="t1", samples=300))
+        learn(spec, task, out, rtl=True)
+    failed = tmp_path / "t1.failed"
+    assert not out.exists() and (failed / "sim" / "icarus.log").read_text() == "prediction 3 differs\n"
+    assert str(failed / "sim" / "icarus.log") in str(e.value) and f"artefacts are in {failed}" in str(e.value)
+
+
+def test_learner_pnr_options_only_where_the_targets_nextpnr_has_them():
+    """nextpnr-himbaechel (Gowin) refuses --placer static: a Gowin learner gets nextpnr's defaults."""
+    from bitforge.toolchain.bench.rtl import PNR_OPTIONS
+    from bitforge.toolchain.learn.run import learner_pnr_options
+
+    assert "--placer" in PNR_OPTIONS
+    assert learner_pnr_options("ecp5-25f") == PNR_OPTIONS and learner_pnr_options("ice40-up5k") == PNR_OPTIONS
+    assert learner_pnr_options("gowin-gw1nr9") == () and learner_pnr_options("xc7a35t") == ()

@@ -257,7 +257,7 @@ def _implement_learner(learner, name: str, target: str, work: Path, progress: Pr
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TimingWarning)
-            pnr = learner_pnr_options()  # recorded in the row
+            pnr = learner_pnr_options(target)  # recorded in the row
             r = implement(out, target, seed=seed, progress=progress, pnr_options=pnr)
     except DoesNotFit as e:
         row.update(status="does-not-fit", note=str(e).split(". Try")[0])

@@ -62,13 +62,20 @@ class LearnResult:
     board: Optional[dict] = None  # report.json boards.<board> of a board build
 
 
-def learner_pnr_options() -> tuple[str, ...]:
-    """nextpnr options for a learner: the electrostatic placer and router2 (``bench.rtl.PNR_OPTIONS``). nextpnr's
-    default HeAP placer packs the learners' multiplier arrays so tightly that router1 crawls (T1's 80-DSP MLP:
-    3,600 arcs left after 700 s; T4's 128-DSP KAN: 79k after 450 s); the static placer and router2 route them in
-    minutes."""
+def learner_pnr_options(target: Optional[str] = None) -> tuple[str, ...]:
+    """nextpnr options for a learner on ``target``: the electrostatic placer and router2 (``bench.rtl.PNR_OPTIONS``)
+    where its nextpnr has them (iCE40, ECP5; None: those). nextpnr's default HeAP placer packs the learners'
+    multiplier arrays so tightly that router1 crawls (T1's 80-DSP MLP: 3,600 arcs left after 700 s; T4's 128-DSP
+    KAN: 79k after 450 s); the static placer and router2 route them in minutes. nextpnr-himbaechel (Gowin) refuses
+    ``--placer static`` ("This uarch does not support the 'static' placer"): a Gowin learner gets the defaults."""
     from ..bench.rtl import PNR_OPTIONS
 
+    if target is not None:
+        from ..flows.targets import get_target
+
+        flow = get_target(target).flow
+        if flow is None or flow.nextpnr not in ("nextpnr-ice40", "nextpnr-ecp5"):
+            return ()
     return PNR_OPTIONS
 
 
@@ -214,7 +221,14 @@ def learn(spec: LearnerSpec, task, out, *, rtl: bool = False, target: Optional[s
         _plot(tmp / "learn.png", task, traj.predictions.astype(np.float64) * f.datapath.lsb, float_pred,
               f"{task.name} {spec.kind.upper()} {list(spec.sizes)}: fixed {fmt} vs float")
         if rtl:
-            metrics["rtl"] = _rtl(learner, x, t, tmp, simulator, basis, mlp_lanes, progress)
+            try:
+                metrics["rtl"] = _rtl(learner, x, t, tmp, simulator, basis, mlp_lanes, progress)
+            except VerificationFailed as exc:  # keep the simulation's logs the error names: OUT.failed
+                failed = keep_failed(tmp, out)
+                relocate(exc, tmp, failed)
+                exc.args = (f"{exc.args[0] if exc.args else exc} The artefacts are in {failed} for a bug report.",
+                            *exc.args[1:])
+                raise
         if hls:
             metrics["hls"] = _hls(learner, x, t, traj, golden_seconds, tmp, out, progress)
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, default=_json_default) + "\n")
@@ -228,7 +242,7 @@ def learn(spec: LearnerSpec, task, out, *, rtl: bool = False, target: Optional[s
                 with warnings.catch_warnings():  # progress() has shown it; report.json keeps it
                     warnings.simplefilter("ignore", TimingWarning)
                     impl = implement(tmp, target, seed=pnr_seed, progress=progress,
-                                     pnr_options=learner_pnr_options())
+                                     pnr_options=learner_pnr_options(target))
             except BitforgeError as e:  # recorded in report.json; raised once the folder is in place
                 impl_error = e
             else:

@@ -447,18 +447,9 @@ def _run_learn(run: _Run) -> None:
         run.end("sim", t0)
     else:
         run.end("golden", t0)
-    _hardware(run, _learner_pnr_options(run.options.get("target")))
-
-
-def _learner_pnr_options(target: Optional[str]) -> tuple[str, ...]:
-    """``learn()``'s nextpnr options (the static placer and router2) where the target's nextpnr has them: iCE40 and
-    ECP5. nextpnr-himbaechel (Gowin) refuses ``--placer static`` ("This uarch does not support the 'static'
-    placer"), so a Gowin learner gets nextpnr's defaults."""
-    from ..flows.targets import get_target
     from ..learn.run import learner_pnr_options
 
-    flow = get_target(target).flow if target else None
-    return learner_pnr_options() if flow is not None and flow.nextpnr in ("nextpnr-ice40", "nextpnr-ecp5") else ()
+    _hardware(run, learner_pnr_options(run.options.get("target")))
 
 
 def learn_metrics(metrics: dict) -> dict:

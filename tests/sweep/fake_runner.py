@@ -8,7 +8,8 @@ many MiB in this process), ``torch_mb`` (the same through torch), ``child_mem_mb
 touches that many MiB: a tool), ``die`` (the process kills itself with SIGKILL). ``spec.base`` may hold
 ``interrupt_at`` / ``fail_at`` (point indices): outside the params, so a rerun with them removed keeps the points'
 keys (the tests give the spec's digest themselves).
-``spec.base["calls"]``, when set, names a file that gets one line ``INDEX UPTO`` per call (O_APPEND: safe from
+``spec.base["pnr_lut_extra"]`` adds that many LUTs after P&R (nextpnr's count is not yosys's; ``Row.synth``
+keeps the synthesis numbers). ``spec.base["calls"]``, when set, names a file that gets one line ``INDEX UPTO`` per call (O_APPEND: safe from
 several processes), so a test can see which points ran.
 """
 from __future__ import annotations
@@ -86,13 +87,19 @@ def run_point(spec, point, folder: str, upto: str) -> Row:
     reached = status != "failed"
     metrics = {m: metric_value(m, a, b, c) if reached and stage_index(METRICS[m].stage) <= stage_index(stage)
                else None for m in spec.metrics}
+    synth = {}
+    if reached and stage_index(stage) >= stage_index("synth"):
+        synth = {m: metrics[m] for m in ("lut", "ff", "dsp", "bram") if metrics.get(m) is not None}
+        extra = spec.base.get("pnr_lut_extra")  # nextpnr's LUT count differs from yosys's (Row.synth keeps yosys's)
+        if extra and stage == "pnr" and metrics.get("lut") is not None:
+            metrics["lut"] += int(extra)
     out = Path(folder)
     (out / "report.json").write_text(f'{{"upto": "{upto}", "a": {a}, "b": {b}}}\n')
     key = point_key(spec, point)
     assert out.name == key, (out, key)
     return Row(key=key, index=point.index, params=dict(p), status=status, metrics=metrics, stage=stage,
                reason=reason, folder=f"points/{key}", seconds=round(time.monotonic() - t0, 3),
-               files={"report.json": f"points/{key}/report.json"})
+               files={"report.json": f"points/{key}/report.json"}, synth=synth)
 
 
 COUNTER = """module top(input clk, output [7:0] q);

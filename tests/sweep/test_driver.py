@@ -253,6 +253,19 @@ def test_dominated_rows_rerun_cached_and_run_pnr_when_early_stop_is_off(tmp_path
     assert all(r.status == "ok" and r.stage == "pnr" for r in full.rows)
 
 
+def test_a_rerun_decides_early_stop_as_the_first_run_did(tmp_path, reports):
+    """After P&R a row's LUTs are nextpnr's, not yosys's: compared with the dominated points' synthesis numbers,
+    a rerun would find them no longer dominated and place and route them. Early stop compares ``Row.synth``."""
+    spec = make_spec(tmp_path, {"a": [1, 2, 3], "c": [0, 1]}, stage="pnr")
+    spec = replace(spec, base={**spec.base, "pnr_lut_extra": 1000})
+    first = sweep(spec, tmp_path / "out")
+    assert [r.status for r in first.rows].count("dominated") == 3
+    assert all(r.synth["lut"] + 1000 == r.metrics["lut"] for r in first.rows if r.status == "ok")
+    clear_calls(tmp_path)
+    again = sweep(spec, tmp_path / "out")
+    assert calls(tmp_path) == [] and comparable(again.rows) == comparable(first.rows)
+
+
 def test_reusable_rule():
     r = row(0, stage="synth", error=1.0, lut=2)
     assert reusable(r, "synth", ("error", "lut")) and reusable(r, "golden", ("error",))

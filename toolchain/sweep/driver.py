@@ -149,13 +149,21 @@ def dominated_by(row: Row, others: Sequence[Row], spec: SweepSpec) -> Optional[R
     when P&R must run. Points on different targets are never compared: a point that is worse than one on a larger
     device may still be the best that fits its own."""
     metrics = _known_by("synth", ("error", *[m for m in spec.metrics if m != "error"]))
+    mine = _at_synthesis(row)
     for other in others:
         if other is row or other.status not in _COMPLETE or other.stage not in STAGES \
                 or stage_index(other.stage) < stage_index("synth") or _target(other, spec) != _target(row, spec):
             continue
-        if dominates(other, row, metrics):
+        if dominates(_at_synthesis(other), mine, metrics):
             return other
     return None
+
+
+def _at_synthesis(row: Row) -> Row:
+    """``row`` with the resource counts synthesis gave (``Row.synth``), also after place and route replaced them
+    with nextpnr's: every comparison of the early stop is between yosys numbers, in the first run and in a rerun
+    whose other rows went through P&R since."""
+    return replace(row, metrics={**row.metrics, **row.synth}) if row.synth else row
 
 
 # -- progress ---------------------------------------------------------------------------------------------------

@@ -177,6 +177,9 @@ class Row:
     seconds: float = 0.0
     cached: bool = False
     files: dict = field(default_factory=dict)  # "report.md" / "report.json" / "metrics.json" -> path under OUT
+    #: The synthesis resource counts (yosys), kept when place and route replaces them in ``metrics`` with nextpnr's:
+    #: early stop compares these, so a rerun decides as the first run did (both see synthesis numbers only).
+    synth: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -118,6 +118,7 @@ def run_point(spec: SweepSpec, point: Point, folder: str, upto: str) -> Row:
         row.status, row.stage = "failed", run.done or "golden"
         row.reason = run.failure_reason(e)
     row.metrics.update({k: v for k, v in run.metrics.items() if k in row.metrics})
+    row.synth = {k: v for k, v in run.synth.items() if k in row.metrics}
     if row.status == "ok" and run.notes:
         row.reason = _one_line("; ".join(dict.fromkeys(run.notes)))
     row.files = {name: run.rel(run.work / name) for name in ("report.md", "report.json", "metrics.json")
@@ -142,6 +143,7 @@ class _Run:
         self.out = folder.parent.parent  # the sweep's OUT: row paths are relative to it
         self.done: Optional[str] = None
         self.metrics: dict[str, Any] = {}
+        self.synth: dict[str, Any] = {}  # yosys's counts (Row.synth)
         self.notes: list[str] = []
         self.stage = "golden"
         self._log = folder / LOG
@@ -238,6 +240,7 @@ def _hardware(run: _Run, pnr_options: tuple[str, ...] = ()) -> None:
     workdir, synth = synthesize_target(run.work, target, progress=run.progress)
     run.log(f"  synthesis {'cached' if synth.run.cached else 'ran'} ({synth.run.tool_seconds:.1f} s of yosys)")
     run.metrics.update({r: synth.resources[r] for r in RESOURCES})
+    run.synth = {r: synth.resources[r] for r in RESOURCES}
     try:
         check_fit(t, {**synth.resources, "io": synth.io_pins}, read_manifest(run.work).top)
     except DoesNotFit as e:

@@ -74,7 +74,12 @@ def add_commands(sub, fmt) -> None:
 
         executor = make_executor(args.workers, args.ray, args.mem_gb)
         try:
-            note(f"sweep {spec.name}: {len(points)} points ({spec.kind}, up to {spec.stage}) on {executor.name}")
+            if spec.kind == "llm":
+                note(f"sweep {spec.name}: {len(points)} search(es) (the axes' combinations): per-layer proxies, an "
+                     f"allocation per budget, perplexity of the survivors and the uniform configurations; on "
+                     f"{executor.name}")
+            else:
+                note(f"sweep {spec.name}: {len(points)} points ({spec.kind}, up to {spec.stage}) on {executor.name}")
             res = run_sweep(spec, Path(args.output), executor, force=args.force, early_stop=not args.no_early_stop,
                             retry_failed=args.retry_failed, progress=True, points=points)
         finally:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
 from ..errors import OutputError
+from ..flows.cache import write_atomic
 from .model import METRICS, STAGES, Point, Row, SweepError, SweepSpec, point_key, stage_index
 
 __all__ = ["SweepResult", "run_sweep", "dominates", "dominated_by", "load_row", "reusable", "prepare_out",
@@ -90,10 +91,7 @@ def prepare_out(out: Path, *, force: bool = False, inputs: Sequence = ()) -> Pat
 
 
 def _write_json_atomic(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def load_row(folder: Path) -> Optional[Row]:

@@ -38,7 +38,6 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
-import os
 import time
 from dataclasses import dataclass
 from fractions import Fraction
@@ -46,6 +45,7 @@ from pathlib import Path
 
 from ..compress.calibration import DEFAULT_TEXT, TextConfig
 from ..errors import BitforgeError
+from ..flows.cache import write_atomic
 from . import llm_alloc, llm_eval, llm_proxy
 from .model import Point, Row, SweepError, SweepSpec, point_key
 
@@ -150,10 +150,7 @@ def _digest(obj) -> str:
 
 
 def _write_json(path: Path, data) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=1, default=str) + "\n")
 
 
 def budget_bits(budget_bpw: float, weights: int) -> int:

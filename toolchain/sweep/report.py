@@ -19,8 +19,6 @@ import dataclasses
 import io
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import quote
@@ -51,7 +49,7 @@ def write_outputs(out: Path, spec: SweepSpec, rows: list[Row], info: dict) -> di
     png = _plot_once(spec, rows, fronts)
     paths = {JSON: out / JSON, PNG: out / PNG, HTML: out / HTML}
     write_atomic(paths[JSON], sweep_json(spec, rows, info, fronts, bests))
-    _write_bytes_atomic(paths[PNG], png)
+    write_atomic(paths[PNG], png)
     write_atomic(paths[HTML], render_html(out, spec, rows, info, fronts, bests, png))
     return paths
 
@@ -59,18 +57,6 @@ def write_outputs(out: Path, spec: SweepSpec, rows: list[Row], info: dict) -> di
 def _base_target(spec: SweepSpec) -> Optional[str]:
     t = spec.base.get("target")
     return None if t is None else str(t)
-
-
-def _write_bytes_atomic(path: Path, data: bytes) -> None:
-    """:func:`..flows.cache.write_atomic` for bytes."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # ----------------------------------------------------------------------------------------------------- sweep.json

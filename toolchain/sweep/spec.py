@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..errors import BitforgeError
+from ..flows.cache import sha256_file
 from .model import KINDS, METRICS, STAGES, Axis, Constraint, Sampling, SweepError, SweepSpec, stage_index
 from .sampling import check_sampling
 
@@ -764,21 +765,13 @@ def _recipes() -> tuple[str, ...]:
 
 # -- digest ------------------------------------------------------------------------------------------------------
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _content_sha256(path: Path) -> str:
     """A file's sha256; a folder's: over its files' relative paths and contents, in sorted order."""
     if path.is_file():
-        return _file_sha256(path)
+        return sha256_file(path)
     h = hashlib.sha256()
     for f in sorted(p for p in path.rglob("*") if p.is_file()):
-        h.update(f"{f.relative_to(path).as_posix()}\0{_file_sha256(f)}\n".encode())
+        h.update(f"{f.relative_to(path).as_posix()}\0{sha256_file(f)}\n".encode())
     return h.hexdigest()
 
 

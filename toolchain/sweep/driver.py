@@ -232,6 +232,11 @@ class _Progress:
         if self._bar is not None:
             self._bar.update(self._task, description=title, total=total, completed=0, note=self.note())
 
+    def message(self, text: str) -> None:
+        """A line about the run between points (the LLM search's phases: statistics, proxies, evaluations)."""
+        if self.enabled:  # the bar's console is this one: rich prints the line above a live bar
+            self._console.progress(text)
+
     def close(self) -> None:
         if self._bar is not None:
             self._bar.stop()
@@ -461,7 +466,7 @@ def _run_llm(spec: SweepSpec, out: Path, executor, progress: bool, write_outputs
         run.report()
 
     try:
-        rows = run_llm_sweep(spec, out, executor, on_row)
+        rows = run_llm_sweep(spec, out, executor, on_row, log=display.message)
         run.rows = {r.index: r for r in rows}
         run.report()
     finally:

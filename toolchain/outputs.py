@@ -327,6 +327,12 @@ def _umask() -> int:
     return mask
 
 
+def file_mode() -> int:
+    """The mode a plain ``open()`` would give a new file here (0o666 less the umask): for files made through
+    ``tempfile.mkstemp``, which creates them 0o600, so that a report is as readable as any other file written."""
+    return 0o666 & ~_umask()
+
+
 def _normal_permissions(folder: Path) -> None:
     """Give group and others what the owner has, less the umask: some writers (safetensors) make their files
     0600, as ``mkdtemp`` made the temporary folder 0700; an output is an ordinary file of the user's."""

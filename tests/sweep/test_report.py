@@ -354,3 +354,19 @@ def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
         report.write_outputs(out, spec, rows, INFO)
     assert {n: p.read_bytes() for n, p in paths.items()} == before
     assert sorted(p.name for p in out.iterdir()) == ["pareto.png", "points", "report.html", "sweep.json"]
+
+
+def test_outputs_are_readable_like_any_file_written_here(tmp_path):
+    """mkstemp makes 0o600 files; the report is meant to be shared: it gets the umask's mode, as open() would."""
+    import os
+
+    from bitforge.toolchain.flows.cache import write_atomic
+
+    old = os.umask(0o022)
+    try:
+        write_atomic(tmp_path / "a.html", "<p>x</p>")
+        write_atomic(tmp_path / "b.png", b"\x89PNG")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a.html").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "b.png").stat().st_mode & 0o777 == 0o644

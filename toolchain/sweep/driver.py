@@ -223,7 +223,8 @@ class _Progress:
         if self._bar is not None:
             self._bar.update(self._task, completed=self.done + self.cached, note=self.note())
         elif row is not None and not row.cached:
-            self._console.progress(f"{self.title}: {self.done + self.cached}/{self.total} [{row.status}] "
+            count = f"{self.done + self.cached}/{self.total}" if self.total else f"{self.done + self.cached}"
+            self._console.progress(f"{self.title}: {count} [{row.status}] "
                                    f"{_params_text(row)} ({row.seconds:.1f} s) - {self.note()}")
 
     def phase(self, title: str, total: int) -> None:

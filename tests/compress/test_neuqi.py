@@ -167,7 +167,7 @@ def test_search_options_reach_the_search_and_unknown_ones_are_refused():
         neuqi(W, stats_full, api.CompressConfig("neuqi", bits=3, group=64, options={"exact_top": 1.5}))
     with pytest.raises(BitforgeError, match="starts >= 1"):
         neuqi(W, stats_full, api.CompressConfig("neuqi", bits=3, group=64, options={"starts": 0}))
-    with pytest.raises(BitforgeError, match="rtn: unknown --option exact_top; it takes none"):
+    with pytest.raises(BitforgeError, match="rtn: unknown --option exact_top; known: symmetric"):
         api.METHODS["rtn"](W, stats_full, api.CompressConfig("rtn", bits=3, group=64, options={"exact_top": 0}))
 
 
